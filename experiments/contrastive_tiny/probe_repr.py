@@ -16,7 +16,7 @@ from pathlib import Path
 import torch
 from omegaconf import OmegaConf, open_dict
 
-from posttrain.algos.contrastive import build_model
+from posttrain.algos.contrastive.api import build_model
 from posttrain.algos.contrastive.checkpoint import load_weights
 from posttrain.algos.contrastive.evaluate import generate_replies
 from posttrain.checkpoints import complete_checkpoints
@@ -29,7 +29,8 @@ def probe(run_dir: Path, n: int = 64) -> dict:
     with open_dict(cfg):
         cfg.algo.init_from = None
         cfg.data.num_eval = n
-    model, tok = build_model(cfg)
+    model = build_model(cfg)
+    tok = model.tokenizer
     load_weights(model, complete_checkpoints(run_dir / "checkpoints")[-1], cfg)
     model.eval()
     rows = build_triplets(cfg.data, "eval")
@@ -43,7 +44,7 @@ def probe(run_dir: Path, n: int = 64) -> dict:
         return round(float((x[i * b : (i + 1) * b] * x[j * b : (j + 1) * b]).sum(-1).mean()), 3)
 
     replies = generate_replies(model.lm, tok, [(r["injected"]["request"], r["injected"]["data"]) for r in rows[:6]],
-                               cfg.algo.eval.max_new_tokens, 8)
+                               cfg.algo.max_new_tokens, 8)
     return {
         "pooled_cos_benign_counterfactual": cos(h, 0, 1), "pooled_cos_benign_injected": cos(h, 0, 2),
         "head_cos_benign_counterfactual": cos(out.z, 0, 1), "head_cos_benign_injected": cos(out.z, 0, 2),

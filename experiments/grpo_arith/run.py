@@ -76,9 +76,9 @@ def plot(curves: dict[str, list[dict]], path: Path) -> None:
 def run_condition(name: str, overrides: list[str]) -> tuple[dict, list[dict]]:
     run = HERE / f"run_{name.replace('+', '_')}"
     shutil.rmtree(run, ignore_errors=True)
-    before = train_py(run, "mode=eval", *overrides)
+    before = train_py(run, "mode=eval", "eval.checkpoint=init", *overrides)
     trained = train_py(run, *overrides)
-    after = train_py(run, "mode=eval", "resume=auto", *overrides)
+    after = train_py(run, "mode=eval", *overrides)
     out = HERE / f"metrics_{name.replace('+', '_')}.jsonl"
     shutil.copy(run / "metrics.jsonl", out)
     metrics = [json.loads(line) for line in out.read_text().splitlines()]

@@ -11,7 +11,6 @@ import json
 import os
 import re
 import shutil
-import time
 from pathlib import Path
 
 from posttrain.errors import CheckpointError
@@ -54,9 +53,6 @@ class AtomicCheckpointMixin:
             self._staging_dir = None
         if not self.args.should_save:
             return
-        slow = float(os.environ.get("POSTTRAIN_TEST_SLOW_SAVE", "0"))  # lets tests kill a run mid-save
-        if slow:
-            time.sleep(slow)
         identity = root.parent / IDENTITY_FILE  # which (model, algo, data) wrote it: checked before a resume
         if identity.is_file():
             shutil.copyfile(identity, staging / name / IDENTITY_FILE)
@@ -96,6 +92,28 @@ def resolve_resume(resume: str | None, run_dir: Path, verbose: bool = True) -> s
     if not (path / COMPLETE_MARKER).is_file():
         raise CheckpointError(f"resume={resume}: incomplete checkpoint (no {COMPLETE_MARKER})")
     return str(path)
+
+
+def eval_checkpoint(cfg, run_dir: Path) -> Path | None:
+    """What `mode=eval` scores, from `eval.checkpoint`: None for "init" (the starting weights), the newest complete
+    checkpoint of `run_dir` for null, or the given checkpoint directory (complete and of this run's kind)."""
+    which = cfg.eval.checkpoint
+    if which == "init":
+        return None
+    if which is None:
+        ckpts = complete_checkpoints(run_dir / "checkpoints")
+        if not ckpts:
+            raise CheckpointError(f"mode=eval: no complete checkpoint in {run_dir / 'checkpoints'} "
+                                  "(eval.checkpoint=<dir> names one; eval.checkpoint=init scores the starting weights)")
+        path = ckpts[-1]
+    else:
+        path = Path(which)
+        if not path.is_dir():
+            raise CheckpointError(f"eval.checkpoint={which}: no such checkpoint directory")
+        if not (path / COMPLETE_MARKER).is_file():
+            raise CheckpointError(f"eval.checkpoint={which}: incomplete checkpoint (no {COMPLETE_MARKER})")
+    verify_checkpoint(path, identity(cfg))
+    return path
 
 
 def verify_checkpoint(path: str | Path, identity: dict | None = None) -> None:

@@ -1,4 +1,5 @@
-"""`python train.py ...`: validate the command line in one line, then hand over to @hydra.main."""
+"""`python train.py ...` / `python -m posttrain ...` / `posttrain-train ...`: validate the command line in one line,
+then hand over to @hydra.main."""
 
 from __future__ import annotations
 
@@ -7,10 +8,11 @@ import sys
 import hydra
 from omegaconf import DictConfig
 
-from posttrain.config.compose import CONF_DIR, load_config
+from posttrain.config.compose import load_config
 from posttrain.config.registry import register
+from posttrain.dist import is_main_process, rank_overrides
 from posttrain.errors import UserError
-from posttrain.launch import is_main_process, rank_overrides
+from posttrain.paths import CONF_DIR
 
 
 def _precheck(argv: list[str]) -> None:

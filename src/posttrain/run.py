@@ -1,8 +1,10 @@
-"""`run(cfg)`: the one dispatch behind `train.py` — run directory, validation, mode, algorithm, summary."""
+"""`run(cfg)`: the one dispatch behind `train.py` — validation, hw profile, run directory, mode, summary.
+
+It talks to algorithms only through `posttrain.algos.base.Algorithm` (found by name in `posttrain.algos.registry`).
+"""
 
 from __future__ import annotations
 
-import importlib
 import json
 import os
 import time
@@ -11,12 +13,12 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf, open_dict
 
-from posttrain.callbacks import JsonlMetricsCallback, read_metrics
-from posttrain.checkpoints import check_run_identity, identity, resolve_resume
+from posttrain.algos.base import Algorithm
+from posttrain.algos.registry import get_algorithm
+from posttrain.callbacks import JsonlMetricsCallback, read_metrics, summary_stats
+from posttrain.checkpoints import check_run_identity, eval_checkpoint, identity, resolve_resume
 from posttrain.config.validate import ConfigError, validate
-from posttrain.launch import export_submitit_env, is_main_process, world_size
-
-ALGOS = {"grpo": "posttrain.algos.grpo", "d2l": "posttrain.algos.d2l", "contrastive": "posttrain.algos.contrastive"}
+from posttrain.dist import export_submitit_env, is_main_process, world_size
 
 
 def run_dir_of(cfg: DictConfig) -> Path:
@@ -25,27 +27,6 @@ def run_dir_of(cfg: DictConfig) -> Path:
     from hydra.core.hydra_config import HydraConfig
 
     return Path(HydraConfig.get().runtime.output_dir)
-
-
-def algo_module(name: str):
-    if name not in ALGOS:
-        raise ConfigError(f"algo={name} has no implementation (available: {', '.join(ALGOS)})")
-    return importlib.import_module(ALGOS[name])
-
-
-def _summary(metrics: list[dict[str, Any]], runtime: float, algo: str) -> dict[str, Any]:
-    summary: dict[str, Any] = {"algo": algo, "runtime_s": round(runtime, 2), "logged_steps": len(metrics)}
-    if metrics:
-        summary["final_step"] = metrics[-1]["step"]
-        for key in ("loss", "reward", "kl"):
-            vals = [m[key] for m in metrics if m.get(key) is not None]
-            if vals:
-                summary[f"final_{key}"] = vals[-1]
-                summary[f"{key}_first5_mean"] = sum(vals[:5]) / len(vals[:5])
-                summary[f"{key}_last5_mean"] = sum(vals[-5:]) / len(vals[-5:])
-    # sweeps maximise reward for RL, minimise loss otherwise
-    summary["objective"] = summary.get("reward_last5_mean", summary.get("loss_last5_mean"))
-    return summary
 
 
 def objective(cfg: DictConfig, summary: dict[str, Any]) -> float | None:
@@ -75,52 +56,61 @@ def train(cfg: DictConfig, run_dir: Path, callbacks: list | None = None, resume:
     stop a run early). `resume`: the checkpoint `prepare_run_dir` resolved (default `...`: resolve it here)."""
     import transformers
 
-    module = algo_module(cfg.algo.name)
+    algorithm = get_algorithm(cfg.algo.name)
     if resume is ...:
         resume = prepare_run_dir(cfg, run_dir)
     transformers.set_seed(cfg.seed)
     metrics_path = run_dir / "metrics.jsonl"
     start = time.time()
-    trainer = module.build_trainer(cfg, run_dir, callbacks=[JsonlMetricsCallback(metrics_path), *(callbacks or [])])
+    trainer = algorithm.build_trainer(cfg, run_dir, [JsonlMetricsCallback(metrics_path), *(callbacks or [])])
     trainer.train(resume_from_checkpoint=resume)
     if not is_main_process():  # metrics and summary are rank 0's
         return {}
-    summary = _summary(read_metrics(metrics_path), time.time() - start, cfg.algo.name)
+    summary = _summary(algorithm, read_metrics(metrics_path), time.time() - start)
     summary["world_size"] = world_size()
-    if hasattr(module, "summarize"):
-        summary.update(module.summarize(cfg, trainer, run_dir))
+    summary.update(algorithm.summarize(cfg, trainer, run_dir))
+    return summary
+
+
+def _summary(algorithm: Algorithm, metrics: list[dict[str, Any]], runtime: float) -> dict[str, Any]:
+    summary: dict[str, Any] = {"algo": algorithm.name, "runtime_s": round(runtime, 2), "logged_steps": len(metrics)}
+    if metrics:
+        summary["final_step"] = metrics[-1]["step"]
+    summary.update(summary_stats(metrics, algorithm.summary_keys))
+    summary["objective"] = summary.get(algorithm.objective)
     return summary
 
 
 def run(cfg: DictConfig) -> float | None:
-    """Validate, then plan or train; writes `config.yaml` and `summary.json` in the run dir, returns the objective."""
+    """Validate, apply the hw profile, then plan, train or evaluate; writes `config.yaml` and `summary.json` in the
+    run dir and returns the objective (for Hydra sweepers)."""
     validate(cfg)
     from posttrain.hardware import apply_profile
 
-    apply_profile(cfg)  # hw profile: attention, optimizer, batch default, TF32, allocator (posttrain.hardware)
+    apply_profile(cfg)  # once: attention, optimizer, batch default, kernels, TF32, allocator (posttrain.hardware)
     export_submitit_env()  # a multi-task SLURM/submitit job becomes one DDP run
     main_process = is_main_process()
     run_dir = run_dir_of(cfg)
     with open_dict(cfg):
         cfg.run_dir = str(run_dir)
-    if cfg.hw.alloc_conf:
-        os.environ.setdefault("PYTORCH_CUDA_ALLOC_CONF", cfg.hw.alloc_conf)
     if cfg.mode == "plan":
         from posttrain.hardware import plan_command
 
         plan_command(cfg)
         return None
-    if cfg.mode == "train" and importlib.util.find_spec("posttrain.hardware.preflight"):
+    algorithm = get_algorithm(cfg.algo.name)
+    if cfg.mode == "train":
         from posttrain.hardware.preflight import preflight
 
         preflight(cfg)
     # a run dir holding another run (or checkpoints without resume=auto) is refused before config.yaml is written
     resume = prepare_run_dir(cfg, run_dir) if cfg.mode == "train" else None
+    checkpoint = eval_checkpoint(cfg, run_dir) if cfg.mode == "eval" else None
     run_dir.mkdir(parents=True, exist_ok=True)
     if main_process:
         (run_dir / "config.yaml").write_text(OmegaConf.to_yaml(cfg, resolve=True))
     if cfg.mode == "eval":
-        summary = algo_module(cfg.algo.name).evaluate(cfg, run_dir)
+        summary = algorithm.evaluate(cfg, run_dir, checkpoint)
     else:
         summary = train(cfg, run_dir, resume=resume)
     if not main_process:

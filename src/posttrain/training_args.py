@@ -28,8 +28,14 @@ def report_to(logger_cfg: DictConfig, run_dir: Path) -> list[str]:
     return ["wandb"]
 
 
+def gradient_checkpointing(cfg: DictConfig) -> bool:
+    """Activation (gradient) checkpointing: asked for by the model file or the hardware profile."""
+    return bool(cfg.model.gradient_checkpointing or cfg.hw.gradient_checkpointing)
+
+
 def common_training_kwargs(cfg: DictConfig, run_dir: Path) -> dict[str, Any]:
     t, hw = cfg.trainer, cfg.hw
+    use_gc = gradient_checkpointing(cfg)
     save_steps = t.save_steps if t.save_steps > 0 else t.max_steps
     return {
         "output_dir": str(run_dir / "checkpoints"),
@@ -57,4 +63,7 @@ def common_training_kwargs(cfg: DictConfig, run_dir: Path) -> dict[str, Any]:
         "use_cpu": hw.device == "cpu",
         "report_to": report_to(cfg.logger, run_dir),
         "run_name": run_dir.name,
+        # the Trainer enables it on the model (non-reentrant: works with frozen inputs, LoRA and PEFT)
+        "activation_checkpointing": use_gc,
+        "activation_checkpointing_kwargs": {"use_reentrant": False} if use_gc else None,
     }

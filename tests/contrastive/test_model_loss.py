@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 
-from posttrain.algos.contrastive import build_model, build_trainer
+from posttrain.algos.contrastive.api import build_model, build_trainer
 from posttrain.algos.contrastive.loss import info_nce, info_nce_bounds, lm_rows, shifted_lm_loss
 from posttrain.algos.contrastive.model import ProjectionHead, masked_mean
 from posttrain.data.contrastive import TripletCollator, TripletDataset, generate_triplets
@@ -21,7 +21,8 @@ def tiny(request):
 
     cfg = load_config(list(TINY))
     torch.manual_seed(0)
-    model, tok = build_model(cfg)
+    model = build_model(cfg)
+    tok = model.tokenizer
     # give LoRA B non-zero values so adapters matter in these checks
     with torch.no_grad():
         for n, p in model.named_parameters():
@@ -166,9 +167,9 @@ def test_before_scores_are_the_start_weights_and_training_is_restored(compose, t
     from posttrain.data.contrastive import build_triplets
     from posttrain.run import run
 
-    over = [*TINY, "data.num_eval=4", "algo.eval.max_new_tokens=4", "trainer.max_steps=2", "trainer.lr=0.2"]
+    over = [*TINY, "data.num_eval=4", "algo.max_new_tokens=4", "trainer.max_steps=2", "trainer.lr=0.2"]
     if from_checkpoint:
-        run(compose(*over, "algo.eval.before_after=false", run_dir=tmp_path / "start"))
+        run(compose(*over, "algo.eval_at_end=false", run_dir=tmp_path / "start"))
         over.append(f"algo.init_from={tmp_path / 'start' / 'checkpoints' / 'checkpoint-2'}")
     cfg = compose(*over, run_dir=tmp_path / "run")
     trainer = build_trainer(cfg, tmp_path / "run")
@@ -178,7 +179,7 @@ def test_before_scores_are_the_start_weights_and_training_is_restored(compose, t
     weights = {k: v.clone() for k, v in model.state_dict().items()}
     after = evaluate_model(cfg, model, tok, rows, return_replies=True)["replies"]
     before = evaluate_start(cfg, model, tok, rows=rows, return_replies=True)["replies"]
-    fresh_model, _ = build_model(cfg)  # what the start weights really generate
+    fresh_model = build_model(cfg)  # what the start weights really generate
     assert before == evaluate_model(cfg, fresh_model, tok, rows, return_replies=True)["replies"]
     assert before != after  # lr 0.2 for two steps changes the greedy replies
     assert all(torch.equal(weights[k], v) for k, v in model.state_dict().items())  # trained weights put back

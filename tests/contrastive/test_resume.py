@@ -13,7 +13,7 @@ import transformers
 from safetensors.torch import load_file
 from tests.reliability.helpers import StopAt
 
-from posttrain.algos.contrastive import build_trainer
+from posttrain.algos.contrastive.api import build_trainer
 from posttrain.algos.contrastive.checkpoint import ADAPTER_FILE, HEAD_FILE
 from posttrain.callbacks import JsonlMetricsCallback, read_metrics
 from posttrain.checkpoints import check_run_identity
@@ -136,7 +136,7 @@ def test_checkpoint_without_head_is_refused(compose, tmp_path):
 
 @pytest.mark.slow
 def test_cli_train_resume_and_eval(tmp_path):
-    common = [*TINY, "data.num_eval=6", "algo.eval.max_new_tokens=4", f"hydra.run.dir={tmp_path}"]
+    common = [*TINY, "data.num_eval=6", "algo.max_new_tokens=4", f"hydra.run.dir={tmp_path}"]
     first = run_train(*common, "trainer.max_steps=2", "trainer.save_steps=1")
     assert first.returncode == 0, first.stderr[-2000:]
     summary = json.loads((tmp_path / "summary.json").read_text())

@@ -7,8 +7,8 @@ import json
 import pytest
 import torch
 
-from posttrain.algos.d2l.evaluation import normalize, rouge_l
-from posttrain.algos.d2l.losses import topk_kl
+from posttrain.algos.d2l.evaluate import normalize, rouge_l
+from posttrain.algos.d2l.loss import topk_kl
 from posttrain.data.chat import IGNORE_INDEX
 from posttrain.data.d2l import featurize, load_squad, synthetic_documents, synthetic_qa
 from posttrain.errors import DataError

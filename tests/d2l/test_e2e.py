@@ -39,9 +39,9 @@ def test_tiny_llama_trains_and_resumes(tmp_path):
     steps = [m["step"] for m in read_metrics(run / "metrics.jsonl")]
     assert steps == list(range(1, 51))
     assert (run / "checkpoints" / "checkpoint-50" / "hypernet.safetensors").is_file()
-    # mode=eval on the trained run, from its newest checkpoint
+    # mode=eval of the trained run's newest checkpoint, into another directory
     proc = run_train(*COMMON, "model=tiny_llama", "mode=eval", "data.num_eval=4", "algo.max_new_tokens=4",
-                     f"algo.checkpoint={run}", f"hydra.run.dir={tmp_path / 'eval'}")
+                     f"eval.checkpoint={run / 'checkpoints' / 'checkpoint-50'}", f"hydra.run.dir={tmp_path / 'eval'}")
     assert proc.returncode == 0, proc.stderr[-3000:]
     result = json.loads((tmp_path / "eval" / "eval.json").read_text())
     assert set(result) >= {"no_context", "in_context", "d2l", "d2l_other_doc", "internalize_ms_per_doc"}

@@ -10,7 +10,7 @@ from torch import nn
 from posttrain.algos.d2l.batching import D2LCollator
 from posttrain.algos.d2l.encoder import backbone_of
 from posttrain.algos.d2l.lora import D2LLinear, GeneratedLoRA
-from posttrain.algos.d2l.losses import d2l_loss
+from posttrain.algos.d2l.loss import d2l_loss
 from posttrain.data.d2l import d2l_records, featurize
 
 DOCS = ["Bazoru lives in Oslo. Bazoru likes teal.", "Kimelo owns a fox. Kimelo eats figs."]

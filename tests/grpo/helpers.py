@@ -7,7 +7,7 @@ from pathlib import Path
 import torch
 from datasets import Dataset
 
-from posttrain.algos.grpo import grpo_args
+from posttrain.algos.grpo.build import grpo_args
 from posttrain.algos.grpo.trainer import PosttrainGRPOTrainer
 from posttrain.config.compose import load_config
 from posttrain.models import load

@@ -33,7 +33,7 @@ def test_group_members_share_one_generate_call_and_config(tmp_path):
 
 @pytest.mark.skipif(importlib.util.find_spec("vllm") is not None, reason="vLLM installed: the error path is moot")
 def test_vllm_backend_without_vllm_is_a_one_line_error(tmp_path):
-    from posttrain.algos.grpo import build_trainer
+    from posttrain.algos.grpo.build import build_trainer
 
     cfg = load_config(["algo.generation.backend=vllm", f"+run_dir={tmp_path}"])
     with pytest.raises(UserError, match=r"needs vLLM: pip install"):
@@ -42,7 +42,7 @@ def test_vllm_backend_without_vllm_is_a_one_line_error(tmp_path):
 
 @pytest.mark.skipif(importlib.util.find_spec("vllm") is None, reason="vLLM not installed (GPU-only extra)")
 def test_vllm_generation_is_wired_through_trl(tmp_path):  # pragma: no cover - runs on GPU machines
-    from posttrain.algos.grpo import grpo_args
+    from posttrain.algos.grpo.build import grpo_args
 
     cfg = load_config(["algo.generation.backend=vllm", "algo.generation.vllm_mode=colocate"])
     args = grpo_args(cfg, tmp_path)

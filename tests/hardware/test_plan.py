@@ -66,15 +66,15 @@ def _item(result, name):
 
 
 def test_contrastive_batch_counts_three_views(compose):
-    from posttrain.hardware.workload import workload
+    from posttrain.algos.registry import get_algorithm
 
-    cfg = compose("model=llama3_2_1b")
-    from omegaconf import open_dict
-
-    with open_dict(cfg):
-        cfg.algo = {"name": "contrastive", "max_length": 128}
-    w = workload(cfg)
+    cfg = compose("model=llama3_2_1b", "algo=contrastive", "algo.max_length=128")
+    w = get_algorithm("contrastive").workload(cfg)
     assert w.seqs == 3 * cfg.trainer.per_device_batch_size
+    # the LM loss reads the benign and the injected rows (two of three views), the paraphrase only on request
+    assert w.logit_tokens == 128 * 2 // 3
+    on_cf = compose("model=llama3_2_1b", "algo=contrastive", "algo.max_length=128", "algo.lm_on_counterfactual=true")
+    assert get_algorithm("contrastive").workload(on_cf).logit_tokens == 128
 
 
 def test_activation_terms(compose):
@@ -137,3 +137,22 @@ def test_generation_kv_cache_and_vllm(compose):
     assert _item(hf, "KV cache") == pytest.approx(32 * (sliding + full) * a)  # 16 x 2 sequences
     vllm = plan(compose("model=gpt_oss", "hw=h200", "algo.generation.backend=vllm"))
     assert _item(vllm, "vLLM (colocated)") == pytest.approx(0.3 * 140.4 * GIB)
+
+
+def test_plan_counts_extra_trainable_parameters_from_the_modules(compose):
+    """The D2L hypernet and the contrastive head are counted from the modules the run builds (issue 12 item 16:
+    the old estimate said 1.57M for the gpt_oss hypernet, which has 32.2M parameters)."""
+    from posttrain.algos.contrastive.api import build_model as build_contrastive
+    from posttrain.algos.d2l import build_model as build_d2l
+    from posttrain.algos.registry import get_algorithm
+
+    d2l = compose("algo=d2l", "model=tiny_llama")
+    built = build_d2l(d2l)
+    assert get_algorithm("d2l").workload(d2l).extra_trainable == sum(p.numel() for p in built.hypernet.parameters())
+    assert sum(p.numel() for p in built.parameters() if p.requires_grad) == sum(
+        p.numel() for p in built.hypernet.parameters())
+    con = compose("algo=contrastive", "model=tiny_llama")
+    head = build_contrastive(con).head
+    assert get_algorithm("contrastive").workload(con).extra_trainable == sum(p.numel() for p in head.parameters())
+    big = get_algorithm("d2l").workload(compose("algo=d2l", "model=gpt_oss", "hw=h200")).extra_trainable
+    assert 32.0e6 < big < 32.4e6

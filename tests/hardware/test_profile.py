@@ -7,7 +7,8 @@ import os
 import pytest
 import torch
 
-from posttrain.hardware import apply_profile, launch_command
+from posttrain.hardware import apply_profile
+from posttrain.launch import launch_hint
 from posttrain.hardware import profile as profile_mod
 from posttrain.hardware.profile import sharding
 from posttrain.models import load_kwargs, torch_dtype
@@ -61,15 +62,29 @@ def test_attention_per_family(compose, model, impl):
     assert explicit.model.attn_implementation == "eager"
 
 
-def test_gradient_checkpointing_non_reentrant(compose):
-    from posttrain.models import load
+@pytest.mark.parametrize("algo", ["grpo", "d2l", "contrastive"])
+def test_gradient_checkpointing_non_reentrant(compose, tmp_path, algo):
+    """The profile's checkpointing reaches every algorithm's decoder layers through HF Trainer (one decision:
+    posttrain.training_args.gradient_checkpointing), non-reentrant."""
+    from transformers import TrainerCallback
 
-    cfg = compose("model=tiny_llama", "hw=cpu", "hw.gradient_checkpointing=true")
+    from posttrain.algos.registry import get_algorithm
+    from tests.reliability.helpers import TINY
+
+    seen = {}
+
+    class Look(TrainerCallback):
+        def on_train_begin(self, args, state, control, model=None, **kwargs):
+            layers = [m for m in model.modules() if getattr(m, "gradient_checkpointing", False)]
+            seen["layers"] = len(layers)
+            seen["reentrant"] = {m._gradient_checkpointing_func.keywords.get("use_reentrant") for m in layers}
+            control.should_training_stop = True
+
+    cfg = compose("model=tiny_llama", "hw=cpu", "hw.gradient_checkpointing=true", *TINY[algo], "trainer.max_steps=1",
+                  "trainer.progress_bar=false", run_dir=tmp_path)
     apply_profile(cfg, overrides=set())
-    model, _ = load(cfg, with_lora=False)
-    assert model.is_gradient_checkpointing
-    fn = model.model.layers[0]._gradient_checkpointing_func
-    assert fn.keywords.get("use_reentrant") is False
+    get_algorithm(algo).build_trainer(cfg, tmp_path, [Look()]).train()
+    assert seen["layers"] >= cfg.model.arch.num_hidden_layers and seen["reentrant"] == {False}
 
 
 def test_alloc_conf_env(compose, monkeypatch):
@@ -125,9 +140,9 @@ def test_tpu_prefers_pallas_unless_chosen(compose):
 
 def test_more_than_one_device_names_launcher_and_sharding(compose):
     one = compose("hw=a100")
-    assert launch_command(one, argv=["hw=a100"]) is None and sharding(one.hw) == "none"
+    assert launch_hint(one, argv=["hw=a100"]) is None and sharding(one.hw) == "none"
     four = compose("hw=a100", "hw.num_devices=4")
-    cmd = launch_command(four, argv=["hw=a100", "hw.num_devices=4", "mode=plan"])
+    cmd = launch_hint(four, argv=["hw=a100", "hw.num_devices=4", "mode=plan"])
     assert cmd == "python -m posttrain.launch hw=a100 hw.num_devices=4"
     assert sharding(four.hw) == "grads+optimizer"
     assert sharding(compose("hw=h200", "hw.num_devices=8").hw) == "all"

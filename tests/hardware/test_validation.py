@@ -5,23 +5,14 @@ Same code as experiments/memory_plan/validate.py (which also runs the larger siz
 
 from __future__ import annotations
 
-import importlib.util
-
 import pytest
 
-from tests.conftest import ROOT
-
-
-def _validate():
-    spec = importlib.util.spec_from_file_location("memory_validate", ROOT / "experiments/memory_plan/validate.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+from experiments.memory_plan import validate
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("lora", [True, False], ids=["lora", "full"])
 def test_plan_within_15_percent_of_measured_peak_rss(lora):
-    row = _validate().case("S", lora)
+    row = validate.case("S", lora)
     assert row["params_total"] > 10e6  # tens of millions of parameters
     assert abs(row["error"]) <= 0.15, row

@@ -7,19 +7,13 @@ The cases run in this interpreter (one import of torch/transformers for all of t
 
 from __future__ import annotations
 
-import importlib.util
 import re
-import sys
 
 import pytest
 import torch
 
+from experiments.reliability import cases
 from tests.reliability.helpers import ROOT
-
-_spec = importlib.util.spec_from_file_location("reliability_cases", ROOT / "experiments" / "reliability" / "cases.py")
-cases = importlib.util.module_from_spec(_spec)
-sys.modules["reliability_cases"] = cases
-_spec.loader.exec_module(cases)
 
 # cases that build a model and train a step or two before failing (seconds each, not milliseconds)
 TRAINING = {"nan_loss", "grpo_diverged", "reward_raises", "reward_wrong_length", "prompt_too_long",
@@ -60,7 +54,7 @@ def test_a_bug_still_shows_its_traceback(work, monkeypatch):
     def broken(name):
         raise ZeroDivisionError("deliberate bug")
 
-    monkeypatch.setattr(posttrain.run, "algo_module", broken)
+    monkeypatch.setattr(posttrain.run, "get_algorithm", broken)
     rc, _, err = cases.run_cli_inprocess([*cases.FAST, f"hydra.run.dir={work}/bug/run"])
     assert rc != 0 and rc != 2
     assert "Traceback" in err and "ZeroDivisionError: deliberate bug" in err

@@ -1,8 +1,8 @@
 """Interrupted checkpoints: a run SIGKILLed while writing checkpoint-2 keeps checkpoint-1 whole; `resume=auto` picks
 the newest complete checkpoint, says which, and metrics.jsonl continues without duplicated or missing steps.
 
-`POSTTRAIN_TEST_SLOW_SAVE=<s>` makes `AtomicCheckpointMixin` sleep inside the staging step, so the kill lands
-between "files being written" and "checkpoint complete" every time.
+The killed run goes through `slow_save_train.py` (train.py with a 3 s pause before each checkpoint is marked
+complete), so the kill lands between "files being written" and "checkpoint complete" every time.
 """
 
 from __future__ import annotations
@@ -23,8 +23,8 @@ ENV = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "WANDB_M
        "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": "1"}
 
 
-def _cmd(algo: str, run: Path, *extra: str) -> list[str]:
-    return [sys.executable, str(ROOT / "train.py"), *COMMON, *TINY[algo], "trainer.max_steps=4",
+def _cmd(algo: str, run: Path, *extra: str, entry: Path = ROOT / "train.py") -> list[str]:
+    return [sys.executable, str(entry), *COMMON, *TINY[algo], "trainer.max_steps=4",
             "trainer.save_steps=1", *extra, f"hydra.run.dir={run}"]
 
 
@@ -52,7 +52,7 @@ def test_sigkill_while_saving_keeps_previous_checkpoint(algo, tmp_path):
     run = tmp_path / "run"
     ckpts = run / "checkpoints"
     log = (tmp_path / "killed.log").open("w")
-    proc = subprocess.Popen(_cmd(algo, run), cwd=ROOT, env={**ENV, "POSTTRAIN_TEST_SLOW_SAVE": "3"},
+    proc = subprocess.Popen(_cmd(algo, run, entry=Path(__file__).with_name("slow_save_train.py")), cwd=ROOT, env=ENV,
                             stdout=log, stderr=subprocess.STDOUT)
     try:
         deadline = time.time() + 600

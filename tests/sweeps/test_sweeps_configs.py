@@ -4,15 +4,17 @@ presets through submitit's sbatch writer, the Optuna preset, rank handling and t
 from __future__ import annotations
 
 import importlib.util
+import os
+import re
 from pathlib import Path
 
 import pytest
 import yaml
 from hydra import compose, initialize_config_dir
 
-from posttrain.config.compose import CONF_DIR
 from posttrain.config.registry import register
 from posttrain.config.validate import ConfigError
+from posttrain.paths import CONF_DIR
 
 ACCEL = CONF_DIR / "accelerate"
 needs_submitit = pytest.mark.skipif(
@@ -106,9 +108,11 @@ def test_optuna_preset_search_space_and_metric():
     assert set(sweeper.params) == {"trainer.lr", "algo.beta", "algo.epsilon"}
     assert sweeper.sampler._target_.endswith("TPESampler") and sweeper.sampler.seed == 0
     metric = cfg.optimized_metric
+    from posttrain.algos.registry import get_algorithm
     from posttrain.run import _summary
 
-    summary = _summary([{"step": 1, "reward": 0.25, "loss": 0.1}, {"step": 2, "reward": 0.75, "loss": 0.0}], 1.0, "grpo")
+    metrics = [{"step": 1, "reward": 0.25, "loss": 0.1}, {"step": 2, "reward": 0.75, "loss": 0.0}]
+    summary = _summary(get_algorithm("grpo"), metrics, 1.0)
     assert summary[metric] == pytest.approx(0.5)
 
 
@@ -129,34 +133,44 @@ def test_objective_follows_optimized_metric(monkeypatch):
 
 
 def test_rank_overrides(monkeypatch):
-    from posttrain.launch import rank_overrides
+    from posttrain.dist import RUN_STAMP_ENV, rank_overrides
 
     monkeypatch.delenv("RANK", raising=False)
     monkeypatch.delenv("WORLD_SIZE", raising=False)
-    assert rank_overrides(["seed=1"]) == []
+    monkeypatch.delenv(RUN_STAMP_ENV, raising=False)
+    assert rank_overrides(["seed=1"]) == [] and RUN_STAMP_ENV not in os.environ
     monkeypatch.setenv("WORLD_SIZE", "2")
     monkeypatch.setenv("RANK", "0")
-    shared = rank_overrides(["seed=1"])  # no run dir given: one named after the launcher's start, same in every rank
-    assert len(shared) == 1 and shared[0].startswith("hydra.run.dir=runs/")
-    assert shared[0].endswith("_${hydra:runtime.choices.algo}_${hydra:runtime.choices.model}")
+    assert rank_overrides(["seed=1"]) == []
+    # no launcher stamp: every rank stamps the run dir with its launcher process's start time
+    stamp = os.environ[RUN_STAMP_ENV]
+    assert re.fullmatch(r"\d{4}-\d\d-\d\d/\d\d-\d\d-\d\d", stamp)
     with pytest.raises(ValueError, match="multirun"):
         rank_overrides(["-m", "seed=1,2", "hydra.run.dir=x"])
-    assert rank_overrides(["hydra.run.dir=x"]) == []
     monkeypatch.setenv("RANK", "1")
     assert rank_overrides(["hydra.run.dir=x"]) == [
         "hydra.output_subdir=null", "hydra/job_logging=none", "hydra/hydra_logging=none"]
-    assert rank_overrides(["seed=1"])[0] == shared[0]
+    assert os.environ[RUN_STAMP_ENV] == stamp
+
+
+def test_run_dir_stamp_names_one_directory_for_all_ranks(monkeypatch):
+    """conf/config.yaml's hydra.run.dir (the one home of the layout) reads the launcher's stamp."""
+    from posttrain.dist import RUN_STAMP_ENV
+
+    from hydra.core.hydra_config import HydraConfig
+
+    monkeypatch.setenv(RUN_STAMP_ENV, "2020-01-02/03-04-05")
+    cfg = _hydra_cfg("algo=grpo", "model=tiny_llama")
+    HydraConfig.instance().set_config(cfg)
+    assert cfg.hydra.run.dir == "runs/2020-01-02/03-04-05_grpo_tiny_llama"
 
 
 @pytest.mark.parametrize("hw,config", [("rtx4090", "ddp"), ("h200", "fsdp2"), ("a100", "deepspeed_zero2")])
-def test_launch_command_picks_the_hw_profiles_accelerate_config(hw, config):
-    from posttrain.launch import launch_command
+def test_accelerate_command_picks_the_hw_profiles_accelerate_config(hw, config):
+    from posttrain.launch import accelerate_command
 
-    cmd = launch_command([f"hw={hw}", "hw.num_devices=2", "model=llama3_2_1b"])
+    cmd = accelerate_command([f"hw={hw}", "hw.num_devices=2", "model=llama3_2_1b"])
     assert cmd[cmd.index("--config_file") + 1] == str(ACCEL / f"{config}.yaml")
     assert cmd[cmd.index("--num_processes") + 1] == "2"
-    assert Path(cmd[cmd.index("--num_processes") + 2]).name == "train.py"
-    run_dir = [a for a in cmd if a.startswith("hydra.run.dir=")]
-    assert len(run_dir) == 1 and run_dir[0].endswith("_grpo_llama3_2_1b")
-    kept = launch_command(["hw=rtx4090", "hw.num_devices=2", "hydra.run.dir=/tmp/x"])
-    assert [a for a in kept if a.startswith("hydra.run.dir=")] == ["hydra.run.dir=/tmp/x"]
+    assert cmd[len(cmd) - cmd[::-1].index("-m")] == "posttrain"  # the installed package, not a file of the checkout
+    assert cmd[-2:] == ["hw.num_devices=2", "model=llama3_2_1b"]

@@ -27,7 +27,6 @@ import sys
 import threading
 import time
 
-DEFAULT_BACKENDS = ("eager", "chunked", "liger", "fused")
 
 
 def _rss_kib(field: str = "VmRSS") -> int:
@@ -142,7 +141,7 @@ def main(argv: list[str] | None = None) -> int:
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--shape", required=True, type=lambda s: tuple(int(x) for x in s.split(",")),
                    help="N,H,V: tokens, hidden size, vocabulary size")
-    p.add_argument("--backends", default=",".join(DEFAULT_BACKENDS))
+    p.add_argument("--backends", default=None, help="comma list (default: every backend native to this device)")
     p.add_argument("--dtype", default="fp32", choices=("fp32", "bf16"))
     p.add_argument("--rounds", type=int, default=2)
     p.add_argument("--seq-len", type=int, default=256)
@@ -154,6 +153,12 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps(worker(args)), flush=True)
         return 0
 
+    if args.backends is None:
+        import torch
+
+        from posttrain.kernels.registry import native_backends
+
+        args.backends = ",".join(native_backends("cuda" if torch.cuda.is_available() else "cpu"))
     names = ["two_gemm"] + [b for b in args.backends.split(",") if b]
     runs: dict[str, list[dict]] = {b: [] for b in names}
     for _ in range(args.rounds):

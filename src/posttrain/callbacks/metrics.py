@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 import math
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
 from transformers import TrainerCallback
 
@@ -27,6 +27,18 @@ def read_metrics(path: str | Path) -> list[dict[str, Any]]:
     if not path.is_file():
         return []
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def summary_stats(metrics: list[dict[str, Any]], keys: Sequence[str]) -> dict[str, float]:
+    """`final_<key>`, `<key>_first5_mean` and `<key>_last5_mean` of each key over the logged steps that have it."""
+    out: dict[str, float] = {}
+    for key in keys:
+        vals = [m[key] for m in metrics if m.get(key) is not None]
+        if vals:
+            out[f"final_{key}"] = vals[-1]
+            out[f"{key}_first5_mean"] = sum(vals[:5]) / len(vals[:5])
+            out[f"{key}_last5_mean"] = sum(vals[-5:]) / len(vals[-5:])
+    return out
 
 
 class JsonlMetricsCallback(TrainerCallback):

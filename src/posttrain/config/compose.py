@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Sequence
 
 from hydra import compose, initialize_config_dir
@@ -12,8 +11,7 @@ from omegaconf.errors import OmegaConfBaseException
 
 from posttrain.config.registry import register
 from posttrain.config.validate import ConfigError, validate
-
-CONF_DIR = Path(__file__).resolve().parents[3] / "conf"
+from posttrain.paths import CONF_DIR
 
 
 def _one_line(ex: BaseException) -> str:

@@ -1,40 +1,29 @@
-"""Register schemas with Hydra's ConfigStore: the root `Config` and one schema per algo/data choice.
+"""Register schemas with Hydra's ConfigStore: the root `Config`, each algorithm's own schema, the kernel choices.
 
-A group file opts into its schema with `defaults: [/schema/<group>/<name>@_here_, _self_]`; the tests
-check that every file in conf/algo does.
+A group file opts into its schema with `defaults: [/schema/<group>/<name>@_here_, _self_]`. An algorithm without a
+`conf/algo/<name>.yaml` (a plugin) is also stored as the choice `algo/<name>` itself, so `algo=<name>` composes its
+schema's defaults. The `kernels` group has no files: its choices are the rows of `posttrain.kernels.registry`.
 """
 
 from __future__ import annotations
 
 from hydra.core.config_store import ConfigStore
 
-from posttrain.config.schema import Config, GRPOAlgoConfig
-
-# One entry per algorithm; the algorithm packages own their dataclasses.
-ALGO_SCHEMAS: dict[str, type] = {"grpo": GRPOAlgoConfig}
-
-
-def _extra_schemas() -> None:
-    """Algorithms added after the foundation register here (import is cheap: dataclasses only)."""
-    import importlib
-
-    for algo, module, cls in (
-        ("d2l", "posttrain.algos.d2l.config", "D2LAlgoConfig"),
-        ("contrastive", "posttrain.algos.contrastive.config", "ContrastiveAlgoConfig"),
-    ):
-        try:
-            ALGO_SCHEMAS[algo] = getattr(importlib.import_module(module), cls)
-        except ModuleNotFoundError:
-            continue
+from posttrain.config.schema import Config, KernelsConfig
+from posttrain.kernels.registry import CHOICES as KERNEL_CHOICES
+from posttrain.paths import CONF_DIR
 
 
 def register() -> ConfigStore:
     """Store every schema; idempotent, called before any compose."""
-    _extra_schemas()
+    from posttrain.algos.registry import algorithms
+
     cs = ConfigStore.instance()
     cs.store(name="base_config", node=Config)
-    for name, node in ALGO_SCHEMAS.items():
-        cs.store(group="schema/algo", name=name, node=node)
+    for backend in KERNEL_CHOICES:  # kernels=<backend>
+        cs.store(group="kernels", name=backend, node=KernelsConfig(backend=backend))
+    for name, algorithm in algorithms().items():
+        cs.store(group="schema/algo", name=name, node=algorithm.schema)
+        if not (CONF_DIR / "algo" / f"{name}.yaml").is_file():
+            cs.store(group="algo", name=name, node=algorithm.schema)
     return cs
-
-

@@ -1,8 +1,10 @@
 """Structured-config schemas: every config group is validated against a dataclass at compose time.
 
 Groups with one shape (model, hw, trainer, data, logger, kernels) are typed fields of `Config`; `algo`, whose
-shape depends on the choice, is stored per choice in the ConfigStore under `schema/algo/<name>` and pulled in
-by the group file's own defaults list (`- /schema/algo/grpo@_here_`).
+shape depends on the choice, is each algorithm's own dataclass (`posttrain.algos.<name>.config`), stored in the
+ConfigStore under `schema/algo/<name>` and pulled in by the group file's defaults list
+(`- /schema/algo/grpo@_here_`). A field's default here is THE default: group files only hold what a choice sets
+(a model's architecture, a profile's device), never a copy of a default (tests/test_config.py checks).
 """
 
 from __future__ import annotations
@@ -49,33 +51,35 @@ class ModelConfig:
 
 @dataclass
 class HwConfig:
-    name: str = "cpu"
-    device: str = "cpu"  # cpu | cuda | xla
-    device_gib: float = 24.0
+    """A hardware profile: every profile file (conf/hw/*.yaml) sets every field without a default here."""
+
+    name: str = MISSING
+    device: str = MISSING  # cpu | cuda | xla
+    device_gib: float = MISSING
     num_devices: int = 1
-    precision: str = "fp32"  # fp32 | bf16
+    precision: str = MISSING  # fp32 | bf16 | fp16
     tf32: bool = False
-    gradient_checkpointing: bool = False
+    gradient_checkpointing: bool = MISSING
     alloc_conf: Optional[str] = None  # PYTORCH_CUDA_ALLOC_CONF
-    optimizer: str = "adamw_torch"
+    optimizer: str = MISSING
     optimizer_fallback: Optional[str] = None  # used when `optimizer` needs bitsandbytes and it is not installed
     # Attention implementation per model family when model.attn_implementation is null (posttrain.hardware).
-    attn_implementation: dict[str, str] = field(default_factory=lambda: {"gpt_oss": "eager", "llama": "sdpa"})
-    per_device_batch_size: Optional[int] = None
+    attn_implementation: dict[str, str] = MISSING
+    per_device_batch_size: Optional[int] = None  # null: keep trainer.per_device_batch_size
     vllm_mode: Optional[str] = None  # null | colocate | server
     vllm_gpu_memory_utilization: float = 0.3  # share of device memory a colocated vLLM reserves
     kernels: Optional[str] = None  # kernel backend this device prefers over the default `trl` (tpu: pallas)
     accelerate_config: Optional[str] = None  # conf/accelerate/<name>.yaml when num_devices > 1
-    overhead_gib: float = 1.0  # framework overhead per device in the memory plan (CUDA context, allocator, libs)
+    overhead_gib: float = MISSING  # framework overhead per device in the memory plan (CUDA context, allocator, libs)
     force: bool = False  # train even when the memory plan says it does not fit
 
 
 @dataclass
 class TrainerConfig:
     max_steps: int = 30
-    per_device_batch_size: int = 8
+    per_device_batch_size: int = 16  # GRPO: completions (prompts x num_generations); hw profiles may set it
     grad_accum: int = 1
-    lr: float = 1e-4
+    lr: float = 3e-3
     weight_decay: float = 0.0
     warmup_steps: int = 0
     lr_scheduler: str = "constant"
@@ -89,7 +93,7 @@ class TrainerConfig:
 
 @dataclass
 class LoggerConfig:
-    name: str = "jsonl"  # jsonl | wandb (metrics.jsonl is written either way)
+    name: str = MISSING  # jsonl | wandb (metrics.jsonl is written either way)
     project: str = "posttrain"
     entity: Optional[str] = None
     wandb_mode: str = "auto"  # auto (offline without an API key) | online | offline | disabled
@@ -97,44 +101,9 @@ class LoggerConfig:
 
 @dataclass
 class KernelsConfig:
-    # trl: TRL's own loss path; the others route the policy loss through posttrain.kernels.grpo_loss.
-    backend: str = "trl"
-
-
-@dataclass
-class KLConfig:
-    estimator: str = "k3"  # k1 | k2 | k3
-    target: Optional[float] = None  # adaptive beta off when null
-    horizon: Optional[int] = None  # steps; null -> proportional rule
-    beta_min: float = 1e-6
-    beta_max: float = 10.0
-
-
-@dataclass
-class GenerationConfig:
-    backend: str = "hf"  # hf | vllm
-    vllm_mode: str = "colocate"  # colocate | server
-    temperature: float = 1.0
-    top_p: float = 1.0
-    top_k: int = 0
-
-
-@dataclass
-class GRPOAlgoConfig:
-    name: str = "grpo"
-    num_generations: int = 8
-    max_prompt_length: int = 256
-    max_completion_length: int = 16
-    loss_type: str = "grpo"  # grpo | bnpo | dr_grpo | dapo
-    beta: float = 0.0
-    epsilon: float = 0.2
-    epsilon_high: Optional[float] = None
-    scale_rewards: str = "group"  # group | batch | none
-    importance_sampling_level: str = "token"  # token | sequence
-    num_iterations: int = 1
-    mask_truncated_completions: bool = False
-    kl: KLConfig = field(default_factory=KLConfig)
-    generation: GenerationConfig = field(default_factory=GenerationConfig)
+    # trl: TRL's own loss path; the others route the policy loss through posttrain.kernels.grpo_loss
+    # (the names: posttrain.kernels.registry)
+    backend: str = MISSING
 
 
 @dataclass
@@ -153,6 +122,13 @@ class DataConfig:
 
 
 @dataclass
+class EvalConfig:
+    # mode=eval scores this: null: the newest complete checkpoint of the run dir; "init": the starting weights
+    # (no training); or a checkpoint directory. Every algorithm reads it (posttrain.checkpoints.eval_checkpoint).
+    checkpoint: Optional[str] = None
+
+
+@dataclass
 class Config:
     model: ModelConfig = MISSING
     algo: Any = MISSING
@@ -161,8 +137,9 @@ class Config:
     data: DataConfig = MISSING
     logger: LoggerConfig = MISSING
     kernels: KernelsConfig = MISSING
+    eval: EvalConfig = field(default_factory=EvalConfig)
     seed: int = 0
-    mode: str = "train"  # train | plan
+    mode: str = "train"  # train | plan | eval
     resume: Optional[str] = None  # null | auto | <checkpoint path>
     run_dir: Optional[str] = None  # filled at run time from hydra's output dir
     # summary.json key returned to Hydra sweepers (Optuna); null -> "objective"

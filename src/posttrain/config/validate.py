@@ -5,6 +5,7 @@ from __future__ import annotations
 from omegaconf import DictConfig
 
 from posttrain.errors import UserError
+from posttrain.kernels.registry import CHOICES as KERNEL_CHOICES
 
 
 class ConfigError(UserError):
@@ -16,17 +17,9 @@ _CHOICES = {
     "model.family": ("llama", "gpt_oss"),
     "model.dtype": ("auto", "float32", "bfloat16", "float16"),
     "hw.precision": ("fp32", "bf16", "fp16"),
-    "kernels.backend": ("trl", "eager", "chunked", "liger", "fused", "triton", "pallas"),
+    "kernels.backend": KERNEL_CHOICES,
     "logger.name": ("jsonl", "wandb"),
     "data.source": ("generator", "hub", "jsonl"),
-}
-_GRPO_CHOICES = {
-    "loss_type": ("grpo", "bnpo", "dr_grpo", "dapo"),
-    "scale_rewards": ("group", "batch", "none"),
-    "importance_sampling_level": ("token", "sequence"),
-    "kl.estimator": ("k1", "k2", "k3"),
-    "generation.backend": ("hf", "vllm"),
-    "generation.vllm_mode": ("colocate", "server"),
 }
 
 
@@ -37,42 +30,19 @@ def _get(cfg: DictConfig, dotted: str):
     return node
 
 
-def _check_choices(cfg: DictConfig, choices: dict, prefix: str = "") -> None:
+def check_choices(cfg: DictConfig, choices: dict, prefix: str = "") -> None:
+    """Each dotted key of `choices` must hold one of its allowed values (`prefix` names `cfg` in the message)."""
     for key, allowed in choices.items():
         value = _get(cfg, key)
         if value not in allowed:
             raise ConfigError(f"{prefix}{key}={value!r} is not one of {', '.join(allowed)}")
 
 
-def _positive(cfg: DictConfig, keys: tuple[str, ...], strict: bool = True) -> None:
+def check_positive(cfg: DictConfig, keys: tuple[str, ...], strict: bool = True) -> None:
     for key in keys:
         value = _get(cfg, key)
         if value < 0 or (strict and value == 0):
             raise ConfigError(f"{key}={value} must be {'> 0' if strict else '>= 0'}")
-
-
-def validate_grpo(cfg: DictConfig) -> None:
-    algo = cfg.algo
-    _check_choices(algo, _GRPO_CHOICES, prefix="algo.")
-    _positive(cfg, ("algo.num_generations", "algo.max_completion_length", "algo.max_prompt_length"))
-    _positive(cfg, ("algo.beta",), strict=False)
-    if algo.num_generations < 2:
-        raise ConfigError(f"algo.num_generations={algo.num_generations} must be >= 2 (advantages are per group)")
-    global_batch = cfg.trainer.per_device_batch_size * cfg.trainer.grad_accum * cfg.hw.num_devices
-    if global_batch % algo.num_generations:
-        raise ConfigError(
-            f"algo.num_generations={algo.num_generations} must divide the generation batch "
-            f"(per_device_batch_size*grad_accum*devices={global_batch})"
-        )
-    if algo.kl.target is not None and algo.kl.target <= 0:
-        raise ConfigError(f"algo.kl.target={algo.kl.target} must be > 0 (or null to disable adaptive beta)")
-    if algo.kl.target is not None and algo.beta == 0:
-        raise ConfigError("algo.kl.target is set but algo.beta=0: adaptive beta needs a starting beta > 0")
-    if algo.kl.estimator != "k3" and cfg.kernels.backend == "trl":
-        raise ConfigError(
-            f"algo.kl.estimator={algo.kl.estimator} needs a posttrain kernel (kernels=eager|fused|...): "
-            "TRL's loss only has k3"
-        )
 
 
 def _check_hf_names(cfg: DictConfig) -> None:
@@ -96,10 +66,10 @@ def validate(cfg: DictConfig, hf_names: bool = True) -> None:
     `hf_names=False` skips the scheduler/optimizer name check, which imports transformers (and so torch): the CLI's
     pre-check stays fast and `posttrain.run.run` checks them before anything loads.
     """
-    _check_choices(cfg, _CHOICES)
-    _positive(cfg, ("trainer.max_steps", "trainer.per_device_batch_size", "trainer.grad_accum", "trainer.lr"))
-    _positive(cfg, ("trainer.save_steps", "trainer.weight_decay", "trainer.warmup_steps"), strict=False)
-    _positive(cfg, ("trainer.logging_steps", "hw.num_devices", "hw.device_gib"))
+    check_choices(cfg, _CHOICES)
+    check_positive(cfg, ("trainer.max_steps", "trainer.per_device_batch_size", "trainer.grad_accum", "trainer.lr"))
+    check_positive(cfg, ("trainer.save_steps", "trainer.weight_decay", "trainer.warmup_steps"), strict=False)
+    check_positive(cfg, ("trainer.logging_steps", "hw.num_devices", "hw.device_gib"))
     if hf_names:
         _check_hf_names(cfg)
     if cfg.resume not in (None, "auto") and not isinstance(cfg.resume, str):
@@ -115,14 +85,6 @@ def validate(cfg: DictConfig, hf_names: bool = True) -> None:
         )
     if cfg.model.lora.experts and cfg.model.family != "gpt_oss":
         raise ConfigError("model.lora.experts=true needs a MoE model (family gpt_oss)")
-    validator = _ALGO_VALIDATORS.get(cfg.algo.name)
-    if validator is not None:
-        validator(cfg)
+    from posttrain.algos.registry import get_algorithm
 
-
-_ALGO_VALIDATORS = {"grpo": validate_grpo}
-
-
-def register_validator(algo: str, fn) -> None:
-    """Algorithms other than GRPO add their cross-field rules here."""
-    _ALGO_VALIDATORS[algo] = fn
+    get_algorithm(cfg.algo.name).validate(cfg)

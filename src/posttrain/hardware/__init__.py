@@ -2,7 +2,7 @@
 
 from posttrain.hardware.memory import plan
 from posttrain.hardware.params import count_params
-from posttrain.hardware.profile import apply_profile, launch_command
+from posttrain.hardware.profile import apply_profile
 from posttrain.hardware.report import plan_command, plan_summary
 
-__all__ = ["apply_profile", "count_params", "launch_command", "plan", "plan_command", "plan_summary"]
+__all__ = ["apply_profile", "count_params", "plan", "plan_command", "plan_summary"]

@@ -8,7 +8,7 @@ peak = persistent + max(train phase, generation phase, optimizer-step phase), wh
   input plus one recomputed layer), the loss's logits (TRL's chunked log-prob tiles for kernels=trl|chunked;
   a materialized `[tokens, V]` fp32 for eager and HF-forward losses; one sequence for liger; none for fused|pallas),
   and the gradients that exist while activations are alive;
-- generation phase (GRPO with HF generate): KV cache of a whole rollout (sliding layers keep the window) and
+- generation phase (algorithms that sample with HF generate): KV cache of a whole rollout (sliding layers keep the window) and
   the prefill's transient;
 - step phase: all gradients + the optimizer's temporaries (foreach: one state-sized copy; fused/8-bit: none).
 
@@ -23,10 +23,12 @@ from typing import Any
 
 from omegaconf import DictConfig
 
-from posttrain.hardware.params import ParamCounts, count_params, train_mode
+from posttrain.algos.base import Workload
+from posttrain.algos.registry import get_algorithm
+from posttrain.hardware.params import ParamCounts, count_params
 from posttrain.hardware.profile import sharding
-from posttrain.hardware.workload import Workload, workload
 from posttrain.models import attn_implementation, torch_dtype
+from posttrain.training_args import gradient_checkpointing
 
 GIB = 1024**3
 BNB4_BYTES = 0.5625  # NF4: 4 bits + one fp32 absmax per 64 weights
@@ -151,19 +153,19 @@ def optimizer_bytes(hw: DictConfig, trainable: int, trainable_bytes: int, larges
 def plan(cfg: DictConfig) -> Plan:
     """The memory plan of `cfg` (after `apply_profile`): per-device bytes per component and the peak."""
     hw, model_cfg = cfg.hw, cfg.model
-    counts = count_params(cfg)
-    work = workload(cfg)
+    work = get_algorithm(cfg.algo.name).workload(cfg)
+    counts = count_params(cfg, work.train_mode)
     a = _arch(cfg)
     wdtype = torch_dtype(model_cfg, hw)
     act = 2 if hw.precision in ("bf16", "fp16") else wdtype.itemsize
     attn = attn_implementation(model_cfg)
-    gc = bool(model_cfg.gradient_checkpointing or hw.gradient_checkpointing)
+    gc = gradient_checkpointing(cfg)
     split = sharding(hw)
     n_dev = max(int(hw.num_devices), 1)
     shard_all = n_dev if split == "all" else 1
     shard_grad = n_dev if split in ("all", "grads+optimizer") else 1
     shard_opt = n_dev if split != "none" else 1
-    mode = train_mode(cfg)
+    mode = work.train_mode
     items: list[Item] = []
 
     weights = float(counts.weight_bytes)
@@ -185,11 +187,10 @@ def plan(cfg: DictConfig) -> Plan:
     trainable, tbytes = counts.trainable + work.extra_trainable, counts.trainable_bytes + 4 * work.extra_trainable
     states, temp, onote = optimizer_bytes(hw, trainable, tbytes, max(counts.largest_trainable, work.extra_trainable))
     items.append(Item("optimizer states", states / shard_opt, "persistent", f"{hw.optimizer}: {onote}"))
-    if work.gen_seqs == 0 and cfg.algo.name == "grpo" and cfg.algo.generation.backend == "vllm":
-        if cfg.algo.generation.vllm_mode == "colocate":
-            share = float(hw.vllm_gpu_memory_utilization)
-            items.append(Item("vLLM (colocated)", share * hw.device_gib * GIB, "persistent",
-                              f"gpu_memory_utilization={share}"))
+    if work.vllm_colocated:
+        share = float(hw.vllm_gpu_memory_utilization)
+        items.append(Item("vLLM (colocated)", share * hw.device_gib * GIB, "persistent",
+                          f"gpu_memory_utilization={share}"))
     items.append(Item("framework overhead", hw.overhead_gib * GIB, "persistent", f"hw.overhead_gib on {hw.device}"))
 
     acts = activation_bytes(a, act, attn, work.seqs, work.seq_len, gc)
@@ -198,7 +199,7 @@ def plan(cfg: DictConfig) -> Plan:
     if work.encoder_seqs:
         enc = work.encoder_seqs * work.encoder_len * a["h"] * act * (a["L"] + 1)
         items.append(Item("encoder hidden states", enc, "train", f"{work.encoder_seqs} x {work.encoder_len} tokens"))
-    backend = cfg.kernels.backend if cfg.algo.name == "grpo" else "eager"  # HF forward with labels
+    backend = work.loss_backend
     lbytes, lnote = logits_bytes(backend, a, act, work.seqs, work.logit_tokens, work.seq_len, hw.device)
     items.append(Item("logits", lbytes, "train", lnote))
     head = (counts.lm_head or counts.embedding) * counts.dtype_bytes
@@ -209,7 +210,7 @@ def plan(cfg: DictConfig) -> Plan:
     if work.gen_seqs:
         kv = kv_cache_bytes(a, act, work.gen_seqs, work.gen_len)
         items.append(Item("KV cache", kv, "generate", f"{work.gen_seqs} sequences x {work.gen_len} tokens"))
-        prompt = int(cfg.algo.get("max_prompt_length", work.gen_len))
+        prompt = work.gen_prompt_len or work.gen_len
         prefill = work.gen_seqs * prompt * act * (4 * a["h"] + 2 * a["I"] * a["k"])
         if attn == "eager":
             prefill += work.gen_seqs * a["heads"] * prompt * prompt * act * 2

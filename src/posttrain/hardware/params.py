@@ -108,17 +108,12 @@ def _count(model_json: str, dtype_name: str, train: str) -> ParamCounts:
     )
 
 
-def train_mode(cfg: DictConfig) -> str:
-    """lora | full | frozen (D2L trains a hypernetwork; the base model stays frozen)."""
-    if cfg.algo.name == "d2l":
-        return "frozen"
-    return "lora" if cfg.model.lora.enabled else "full"
-
-
 def count_params(cfg: DictConfig, train: str | None = None) -> ParamCounts:
-    """Counts for `cfg.model` in the dtype `cfg.hw` loads it in; `train`: lora | full | frozen (default: cfg)."""
+    """Counts for `cfg.model` in the dtype `cfg.hw` loads it in; `train`: lora | full | frozen (default: LoRA when
+    `model.lora.enabled`, else full; the algorithm's workload says when the base stays frozen)."""
     from posttrain.models import torch_dtype
 
     dtype = torch_dtype(cfg.model, cfg.hw)
     model_json = json.dumps(OmegaConf.to_container(cfg.model, resolve=True), sort_keys=True)
-    return _count(model_json, str(dtype).removeprefix("torch."), train or train_mode(cfg))
+    train = train or ("lora" if cfg.model.lora.enabled else "full")
+    return _count(model_json, str(dtype).removeprefix("torch."), train)

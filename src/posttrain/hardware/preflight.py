@@ -9,9 +9,10 @@ import importlib.util
 
 from omegaconf import DictConfig
 
+from posttrain.dist import world_size
 from posttrain.errors import UserError
 from posttrain.hardware.memory import GIB
-from posttrain.hardware.profile import apply_profile, launch_command, launched_distributed
+from posttrain.launch import launch_hint
 
 TORCH_XLA_HINT = ("hw=tpu needs torch_xla (PJRT): pip install 'torch_xla[tpu]' "
                   "-f https://storage.googleapis.com/libtpu-releases/index.html (or pip install -e '.[tpu]')")
@@ -27,16 +28,15 @@ def check_device(cfg: DictConfig) -> None:
         if not torch.cuda.is_available():
             raise UserError(f"hw={hw.name} needs a CUDA device but torch.cuda.is_available() is False "
                             "(hw=cpu to run here; mode=plan works anywhere)")
-    launch = launch_command(cfg)
-    if launch and not launched_distributed():
+    launch = launch_hint(cfg)
+    if launch and world_size() <= 1:
         raise UserError(f"hw.num_devices={hw.num_devices}: start one process per device: {launch}")
 
 
 def preflight(cfg: DictConfig) -> dict:
-    """Apply the profile, check the device, and refuse a run the memory plan says cannot fit."""
+    """Check the device and refuse a run the memory plan says cannot fit (`cfg`: hw profile applied)."""
     from posttrain.hardware.report import plan_summary
 
-    apply_profile(cfg)
     check_device(cfg)
     result, summary = plan_summary(cfg)
     if not result.fits and not cfg.hw.force:

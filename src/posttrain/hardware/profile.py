@@ -4,23 +4,24 @@ What a profile decides and where it lands:
 - precision: the model dtype (`model.dtype=auto` resolves from `hw.precision`) and TrainingArguments bf16/fp16
   (`posttrain.training_args`); TF32: `torch.set_float32_matmul_precision("high")` here.
 - attention: `model.attn_implementation` from `hw.attn_implementation[family]` when the model file leaves it null.
-- gradient checkpointing (`use_reentrant=False`): read by `posttrain.models.load` and the GRPO args.
+- gradient checkpointing (`use_reentrant=False`): `posttrain.training_args.gradient_checkpointing` (HF Trainer).
 - `PYTORCH_CUDA_ALLOC_CONF`: set here (before the first CUDA allocation).
 - optimizer: `hw.optimizer`, or `hw.optimizer_fallback` when it needs bitsandbytes and that is not installed.
 - default batch: `hw.per_device_batch_size` replaces `trainer.per_device_batch_size` unless the command line
-  set it (GRPO: rounded up to whole groups of `num_generations`).
+  set it (rounded up to a multiple of the algorithm's `batch_multiple`).
 - vLLM: `hw.vllm_mode` for `algo.generation.vllm_mode` unless the command line set it.
 - kernels: `hw.kernels` replaces the default `kernels=trl` unless the command line chose one (tpu: pallas).
-- more than one device: `launch_command(cfg)` is the `python -m posttrain.launch ...` line (accelerate with
-  conf/accelerate/<hw.accelerate_config>.yaml); the plan shards state accordingly (`sharding(hw)`).
+- the algorithm's own keys (e.g. a vLLM mode from `hw.vllm_mode`): `Algorithm.apply_hardware`.
+- more than one device: `posttrain.launch.launch_hint(cfg)` is the `python -m posttrain.launch ...` line
+  (accelerate with conf/accelerate/<hw.accelerate_config>.yaml); the plan shards state (`sharding(hw)`).
+
+`posttrain.run.run` applies the profile once, before planning or training; everything after reads the result.
 """
 
 from __future__ import annotations
 
 import importlib.util
 import os
-import shlex
-import sys
 from typing import Any
 
 import torch
@@ -55,13 +56,12 @@ def resolve_optimizer(hw: DictConfig) -> str:
 
 
 def default_batch(cfg: DictConfig, batch: int) -> int:
-    """GRPO counts completions: keep whole groups per generation batch (round up to num_generations)."""
-    k = cfg.algo.get("num_generations")
-    if cfg.algo.name == "grpo" and k:
-        global_batch = batch * cfg.trainer.grad_accum * cfg.hw.num_devices
-        while global_batch % k:
-            batch += 1
-            global_batch = batch * cfg.trainer.grad_accum * cfg.hw.num_devices
+    """Round `batch` up until the global batch is a multiple of the algorithm's unit (e.g. whole groups)."""
+    from posttrain.algos.registry import get_algorithm
+
+    multiple = get_algorithm(cfg.algo.name).batch_multiple(cfg)
+    while (batch * cfg.trainer.grad_accum * cfg.hw.num_devices) % multiple:
+        batch += 1
     return batch
 
 
@@ -85,14 +85,12 @@ def apply_profile(cfg: DictConfig, overrides: set[str] | None = None) -> dict[st
             if batch != cfg.trainer.per_device_batch_size:
                 cfg.trainer.per_device_batch_size = batch
                 applied["trainer.per_device_batch_size"] = batch
-        gen = cfg.algo.get("generation")
-        if hw.vllm_mode and gen is not None and "vllm_mode" in gen and "algo.generation.vllm_mode" not in given:
-            if gen.vllm_mode != hw.vllm_mode:
-                gen.vllm_mode = hw.vllm_mode
-                applied["algo.generation.vllm_mode"] = hw.vllm_mode
         if hw.kernels and cfg.kernels.backend == "trl" and not {"kernels", "kernels.backend"} & given:
             cfg.kernels.backend = hw.kernels
             applied["kernels.backend"] = hw.kernels
+    from posttrain.algos.registry import get_algorithm
+
+    applied.update(get_algorithm(cfg.algo.name).apply_hardware(cfg, given))
     if hw.tf32:
         torch.set_float32_matmul_precision("high")
         applied["float32_matmul_precision"] = "high"
@@ -100,20 +98,6 @@ def apply_profile(cfg: DictConfig, overrides: set[str] | None = None) -> dict[st
         os.environ.setdefault("PYTORCH_CUDA_ALLOC_CONF", hw.alloc_conf)
         applied["PYTORCH_CUDA_ALLOC_CONF"] = os.environ["PYTORCH_CUDA_ALLOC_CONF"]
     return applied
-
-
-def launched_distributed() -> bool:
-    from posttrain.launch import world_size
-
-    return world_size() > 1
-
-
-def launch_command(cfg: DictConfig, argv: list[str] | None = None) -> str | None:
-    """The command that starts one process per device for `hw.num_devices > 1` (None for one device)."""
-    if cfg.hw.num_devices <= 1:
-        return None
-    args = argv if argv is not None else sys.argv[1:]
-    return " ".join(["python", "-m", "posttrain.launch", *(shlex.quote(a) for a in args if a != "mode=plan")])
 
 
 def sharding(hw: DictConfig) -> str:

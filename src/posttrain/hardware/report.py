@@ -51,12 +51,12 @@ def format_table(cfg: DictConfig, result: Plan, summary: dict[str, Any]) -> str:
 
 
 def plan_command(cfg: DictConfig) -> dict[str, Any]:
-    """Print the table and, as the last line, the JSON summary; returns the summary (exit 0 either way)."""
-    from posttrain.hardware.profile import apply_profile, launch_command
+    """Print the table and, as the last line, the JSON summary; returns the summary (exit 0 either way).
+    `cfg` has its hw profile applied (`posttrain.hardware.apply_profile`)."""
+    from posttrain.launch import launch_hint
 
-    apply_profile(cfg)
     result, summary = plan_summary(cfg)
-    launch = launch_command(cfg)
+    launch = launch_hint(cfg)
     if launch:
         summary["launch"] = launch
     print(format_table(cfg, result, summary))

@@ -9,15 +9,17 @@ need are dropped again. When no change on this hardware fits, the profiles that 
 from __future__ import annotations
 
 import copy
-from pathlib import Path
 from typing import Callable, Iterator
+
+import yaml
 
 from omegaconf import DictConfig, OmegaConf, open_dict
 
 from posttrain.hardware.memory import GIB, Plan, plan
 from posttrain.hardware.profile import apply_profile, has_bitsandbytes
+from posttrain.paths import HW_DIR
+from posttrain.training_args import gradient_checkpointing
 
-HW_DIR = Path(__file__).resolve().parents[3] / "conf" / "hw"
 Change = tuple[str, Callable[[DictConfig], None]]
 
 
@@ -30,29 +32,28 @@ def _set(key: str, value) -> Callable[[DictConfig], None]:
 
 
 def _candidates(cfg: DictConfig, current: Plan) -> Iterator[Change]:
-    hw, model = cfg.hw, cfg.model
-    if not (model.gradient_checkpointing or hw.gradient_checkpointing):
+    hw, model, work = cfg.hw, cfg.model, current.work
+    if not gradient_checkpointing(cfg):
         yield "model.gradient_checkpointing=true", _set("model.gradient_checkpointing", True)
     logits = next((i for i in current.items if i.name == "logits"), None)
-    if cfg.algo.name == "grpo" and cfg.kernels.backend in ("trl", "eager") and logits and logits.bytes > 0:
+    if work.kernels_apply and cfg.kernels.backend in ("trl", "eager") and logits and logits.bytes > 0:
         backend = {"cuda": "liger", "xla": "pallas"}.get(hw.device, "chunked")
         yield f"kernels={backend}", _set("kernels.backend", backend)
     batch, accum = int(cfg.trainer.per_device_batch_size), int(cfg.trainer.grad_accum)
-    step = int(cfg.algo.get("num_generations") or 1) if cfg.algo.name == "grpo" else 1
     while batch > 1:
         batch //= 2
         accum *= 2
-        # GRPO: smaller completion micro-batches, same rollout (whole groups per generation round)
-        if cfg.algo.name != "grpo" or (batch * accum * hw.num_devices) % step == 0:
+        # same global batch in smaller micro-batches, still a multiple of the algorithm's batch unit
+        if (batch * accum * hw.num_devices) % work.batch_multiple == 0:
             yield (f"trainer.per_device_batch_size={batch} trainer.grad_accum={accum}",
                    _both(_set("trainer.per_device_batch_size", batch), _set("trainer.grad_accum", accum)))
     if hw.device == "cuda" and "8bit" not in hw.optimizer and has_bitsandbytes():
         yield "hw.optimizer=paged_adamw_8bit", _set("hw.optimizer", "paged_adamw_8bit")
-    if not model.lora.enabled and cfg.algo.name != "d2l":
+    if not model.lora.enabled and work.train_mode != "frozen":
         yield "model.lora.enabled=true", _set("model.lora.enabled", True)
-    gen = cfg.algo.get("generation")
-    if gen is not None and gen.get("backend") == "vllm" and gen.get("vllm_mode") == "colocate":
-        yield "algo.generation.vllm_mode=server", _set("algo.generation.vllm_mode", "server")
+    for option in work.memory_options:
+        key, _, value = option.partition("=")
+        yield option, _set(key, yaml.safe_load(value))
     if hw.device == "cuda" and model.family != "gpt_oss" and model.quantization is None:
         yield "model.quantization=bnb4 model.lora.enabled=true", _both(
             _set("model.quantization", "bnb4"), _set("model.lora.enabled", True))

@@ -23,48 +23,23 @@ Contract with the trainer
 - `stats` (floats): `policy_loss`, `kl_mean` (masked token mean, TRL's `kl`), `kl_p95`, `clip_ratio`
   (TRL's `clip_ratio/region_mean`), `clip_ratio/low_mean`, `clip_ratio/high_mean` (liger: see its module).
 
-Backends (`BACKENDS`; `available(name)` says whether one runs here and why not):
-- `eager`   materialized fp32 logits: the reference.
-- `chunked` TRL's `ChunkedLogProbFunction` (what `GRPOTrainer` itself runs).
-- `liger`   Liger's `LigerFusedLinearGRPOFunction` (k3 only; raises NotImplementedError otherwise).
-- `fused`   ours (`fused.py`): two GEMMs per tile, d hidden finished in the forward, no recompute.
-- `triton`  the same algorithm with the tile fold in Triton (CUDA, or CPU with TRITON_INTERPRET=1).
-- `pallas`  the same algorithm as a JAX Pallas kernel (TPU; CPU with interpret=True), JAX optional.
+Backends: the table in `posttrain.kernels.registry` (`BACKENDS[name].summary`; `available(name)` says whether one
+runs here and why not). Adding one: a module with the function, one `Backend(...)` row there.
 """
 
 from __future__ import annotations
 
-import importlib.util
-import os
+from typing import Any
 
-from .loss import completion_logps, grpo_loss, per_token_kl, policy_loss_from_logps
+from posttrain.kernels.registry import BACKENDS, CHOICES, IS_LEVELS, KL_ESTIMATORS, LOSS_TYPES, available
 
-BACKENDS: tuple[str, ...] = ("eager", "chunked", "liger", "fused", "triton", "pallas")
-
-
-def available(backend: str) -> tuple[bool, str]:
-    """(True, "") when `backend` can run in this environment, else (False, reason)."""
-    if backend in ("eager", "fused"):
-        return True, ""
-    if backend == "chunked":
-        ok = importlib.util.find_spec("trl") is not None
-        return (True, "") if ok else (False, "trl is not installed")
-    if backend == "liger":
-        ok = importlib.util.find_spec("liger_kernel") is not None
-        return (True, "") if ok else (False, "liger-kernel is not installed")
-    if backend == "triton":
-        if importlib.util.find_spec("triton") is None:
-            return False, "triton is not installed"
-        import torch
-
-        if torch.cuda.is_available() or os.environ.get("TRITON_INTERPRET") == "1":
-            return True, ""
-        return False, "triton needs a CUDA device, or TRITON_INTERPRET=1 to run on CPU"
-    if backend == "pallas":
-        if importlib.util.find_spec("jax") is None:
-            return False, "jax is not installed (pip install posttrain[tpu])"
-        return True, ""
-    return False, f"unknown backend {backend!r}; one of {BACKENDS}"
+_LOSS = ("completion_logps", "grpo_loss", "per_token_kl", "policy_loss_from_logps")
+__all__ = ["BACKENDS", "CHOICES", "IS_LEVELS", "KL_ESTIMATORS", "LOSS_TYPES", "available", *_LOSS]
 
 
-__all__ = ["BACKENDS", "available", "grpo_loss", "completion_logps", "policy_loss_from_logps", "per_token_kl"]
+def __getattr__(name: str) -> Any:  # the loss functions import torch: only when asked for (config stays light)
+    if name in _LOSS:
+        from posttrain.kernels import loss
+
+        return getattr(loss, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

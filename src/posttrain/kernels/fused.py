@@ -21,6 +21,8 @@ fp32 has range 2^127 this keeps every kept term finite and the dominant ones nor
 
 from __future__ import annotations
 
+from typing import Callable
+
 import torch
 
 TOKEN_BLOCK = 1024
@@ -55,7 +57,7 @@ class FusedLinearLogProb(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, hidden: torch.Tensor, weight: torch.Tensor, targets: torch.Tensor, temperature: float,
-                token_block: int, vocab_block: int, impl: str = "torch"):
+                token_block: int, vocab_block: int, fold: Callable | None = None):
         N, H = hidden.shape
         V = weight.shape[0]
         acc_dtype = torch.promote_types(hidden.dtype, torch.float32)
@@ -75,10 +77,8 @@ class FusedLinearLogProb(torch.autograd.Function):
                 t1 = min(t0 + token_block, N)
                 Z = buf[: (t1 - t0) * (v1 - v0)].view(t1 - t0, v1 - v0)
                 torch.mm(hs[t0:t1], w_blk.t(), out=Z)
-                if impl == "triton":
-                    from .triton_fold import fold_tile
-
-                    scale = fold_tile(Z, targets[t0:t1], v0, m[t0:t1], s[t0:t1], tgt[t0:t1])
+                if fold is not None:  # a device kernel folds the tile (triton_fold.fold_tile)
+                    scale = fold(Z, targets[t0:t1], v0, m[t0:t1], s[t0:t1], tgt[t0:t1])
                     e[t0:t1].mul_(scale.unsqueeze(1)).addmm_(Z, w_blk)
                     continue
                 loc = targets[t0:t1] - v0

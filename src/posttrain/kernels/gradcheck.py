@@ -35,6 +35,8 @@ import sys
 
 import torch
 
+from posttrain.kernels.registry import IS_LEVELS, KL_ESTIMATORS, LOSS_TYPES, available
+
 DEFAULTS = dict(kernels="fused", loss_type="grpo", beta=0.04, kl_estimator="k3", importance_sampling_level="token",
                 epsilon_low=0.2, epsilon_high=0.2, temperature=1.0, on_policy=False, weight_grad=False, dtype="fp32",
                 B=4, T=6, H=16, V=300, logit_std=4.0, empty_rows="1", seed=0, token_block=8, vocab_block=64)
@@ -91,7 +93,7 @@ def _set_blocks(cfg: dict) -> None:
 
 
 def _loss_and_grads(inputs: dict, cfg: dict, backend: str, dtype: torch.dtype):
-    from . import grpo_loss
+    from posttrain.kernels.loss import grpo_loss
 
     h = inputs["hidden"].to(dtype).requires_grad_()
     w = inputs["weight"].to(dtype).requires_grad_(cfg["weight_grad"])
@@ -107,8 +109,6 @@ def _loss_and_grads(inputs: dict, cfg: dict, backend: str, dtype: torch.dtype):
 
 
 def run(cfg: dict) -> tuple[int, dict]:
-    from . import available
-
     backend = cfg["kernels"]
     ok, why = available(backend)
     if not ok:
@@ -147,8 +147,8 @@ def run(cfg: dict) -> tuple[int, dict]:
 
 
 MATRIX = [dict(loss_type=lt, importance_sampling_level=lvl, beta=beta, kl_estimator=k)
-          for lt in ("grpo", "bnpo", "dr_grpo", "dapo") for lvl in ("token", "sequence")
-          for beta, k in ((0.0, "k3"), (0.04, "k1"), (0.04, "k2"), (0.04, "k3"))]
+          for lt in LOSS_TYPES for lvl in IS_LEVELS
+          for beta, k in ((0.0, "k3"), *((0.04, est) for est in KL_ESTIMATORS))]
 
 
 def run_matrix(cfg: dict) -> int:

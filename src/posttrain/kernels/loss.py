@@ -14,9 +14,7 @@ from typing import Callable
 
 import torch
 
-LOSS_TYPES = ("grpo", "bnpo", "dr_grpo", "dapo")
-KL_ESTIMATORS = ("k1", "k2", "k3")
-IS_LEVELS = ("token", "sequence")
+from posttrain.kernels.registry import BACKENDS, IS_LEVELS, KL_ESTIMATORS, LOSS_TYPES
 
 
 def per_token_kl(logps: torch.Tensor, ref_logps: torch.Tensor, estimator: str) -> torch.Tensor:
@@ -133,24 +131,12 @@ def _stats(loss, kl, coef_1, advantages, mask, epsilon_low, epsilon_high) -> dic
     return dict(zip(keys, vals))
 
 
-def _logps_fn(backend: str) -> Callable:
-    if backend == "eager":
-        from .eager import eager_logps
-        return eager_logps
-    if backend == "chunked":
-        from .chunked import chunked_logps
-        return chunked_logps
-    if backend == "fused":
-        from .fused import fused_logps
-        return fused_logps
-    if backend == "triton":
-        from .triton_fold import triton_logps
-        return triton_logps
-    if backend == "pallas":
-        from .pallas import pallas_logps
-        return pallas_logps
-    from . import BACKENDS
-    raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
+def _backend_fn(backend: str, kind: str) -> Callable:
+    entry = BACKENDS.get(backend)
+    if entry is None or entry.kind != kind:
+        names = tuple(name for name, b in BACKENDS.items() if b.kind == kind)
+        raise ValueError(f"backend must be one of {names}, got {backend!r}")
+    return entry.load()
 
 
 def completion_logps(hidden: torch.Tensor, lm_head_weight: torch.Tensor, completion_ids: torch.Tensor,
@@ -161,7 +147,7 @@ def completion_logps(hidden: torch.Tensor, lm_head_weight: torch.Tensor, complet
     Only the unmasked positions are projected (padding costs nothing); like TRL, masked positions are 0.
     """
     B, T, H = hidden.shape
-    fn = _logps_fn(backend)
+    fn = _backend_fn(backend, "logps")
     flat_h = hidden.reshape(B * T, H)
     flat_y = completion_ids.reshape(B * T)
     keep = completion_mask.reshape(B * T) != 0
@@ -212,9 +198,10 @@ def grpo_loss(
     kwargs = dict(beta=beta, epsilon_low=epsilon_low, epsilon_high=epsilon_high, loss_type=loss_type,
                   kl_estimator=kl_estimator, importance_sampling_level=importance_sampling_level,
                   max_completion_length=max_completion_length)
-    if backend == "liger":
-        from .liger import liger_grpo_loss
-        return liger_grpo_loss(hidden, lm_head_weight, completion_ids, completion_mask, advantages,
+    if backend not in BACKENDS:
+        raise ValueError(f"backend must be one of {tuple(BACKENDS)}, got {backend!r}")
+    if BACKENDS[backend].kind == "loss":
+        return BACKENDS[backend].load()(hidden, lm_head_weight, completion_ids, completion_mask, advantages,
                                old_logps, ref_logps, temperature=temperature, **kwargs)
     logps = completion_logps(hidden, lm_head_weight, completion_ids, completion_mask,
                              backend=backend, temperature=temperature)

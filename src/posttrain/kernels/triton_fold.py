@@ -16,6 +16,8 @@ import functools
 
 import torch
 
+from posttrain.kernels.fused import FusedLinearLogProb
+
 TOKEN_BLOCK = 256
 VOCAB_BLOCK = 2048
 LAZY_MAX = 20.0
@@ -70,9 +72,7 @@ def fold_tile(Z: torch.Tensor, targets: torch.Tensor, vocab_start: int, m: torch
 def triton_logps(hidden: torch.Tensor, weight: torch.Tensor, targets: torch.Tensor, temperature: float = 1.0,
                  token_block: int | None = None, vocab_block: int | None = None) -> torch.Tensor:
     """Per-token log-probs [N] (fp32) through `FusedLinearLogProb` with the Triton tile fold."""
-    from .fused import FusedLinearLogProb
-
     if hidden.dtype == torch.float64:
         raise NotImplementedError("backend='triton' computes in fp32; fp64 inputs are not supported")
     return FusedLinearLogProb.apply(hidden, weight, targets.contiguous(), float(temperature),
-                                    int(token_block or TOKEN_BLOCK), int(vocab_block or VOCAB_BLOCK), "triton")
+                                    int(token_block or TOKEN_BLOCK), int(vocab_block or VOCAB_BLOCK), fold_tile)

@@ -134,9 +134,6 @@ def load(cfg: DictConfig, with_lora: bool = True) -> tuple[PreTrainedModel, Any]
         model, tokenizer = _build_tiny(model_cfg, hw_cfg, cfg.seed)
     else:
         model, tokenizer = _load_real(model_cfg, hw_cfg)
-    use_gc = model_cfg.gradient_checkpointing or hw_cfg.gradient_checkpointing
-    if use_gc:
-        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     if with_lora and model_cfg.lora.enabled:
         model = apply_lora(model, model_cfg)
     return model, tokenizer

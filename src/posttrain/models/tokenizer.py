@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers
 from tokenizers.pre_tokenizers import ByteLevel
 from transformers import PreTrainedTokenizerFast
 
-CHAT_TEMPLATE_DIR = Path(__file__).resolve().parents[3] / "chat_templates"
+from posttrain.paths import CHAT_TEMPLATE_DIR
+
 
 # Special tokens of the real tokenizers (names only; ids differ from the real vocabularies).
 SPECIAL_TOKENS = {

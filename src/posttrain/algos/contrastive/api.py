@@ -8,26 +8,9 @@ from typing import Any
 import torch
 from omegaconf import DictConfig
 
-from posttrain.algos.contrastive.config import BATCH_MULTIPLIER, ContrastiveAlgoConfig
+from posttrain.algos.contrastive.model import build_model
 
-__all__ = ["BATCH_MULTIPLIER", "ContrastiveAlgoConfig", "build_model", "build_trainer", "evaluate", "summarize"]
-
-
-def build_model(cfg: DictConfig, init: bool = True):
-    """(ContrastiveModel, tokenizer): base + LoRA + a seeded fp32 head; weights of `algo.init_from` if `init`."""
-    from posttrain.algos.contrastive.checkpoint import load_weights
-    from posttrain.algos.contrastive.model import ContrastiveModel, ProjectionHead
-    from posttrain.models import load
-
-    lm, tokenizer = load(cfg, with_lora=True)
-    with torch.random.fork_rng():
-        torch.manual_seed(cfg.seed + 1)
-        head = ProjectionHead(lm.config.hidden_size, cfg.algo.proj_dim, cfg.algo.head_hidden_dim)
-    head.to(next(lm.parameters()).device)
-    model = ContrastiveModel(lm, head)
-    if init and cfg.algo.init_from:
-        load_weights(model, cfg.algo.init_from, cfg)
-    return model, tokenizer
+__all__ = ["build_model", "build_trainer", "summarize"]
 
 
 def build_trainer(cfg: DictConfig, run_dir: Path, callbacks: list | None = None):
@@ -38,13 +21,12 @@ def build_trainer(cfg: DictConfig, run_dir: Path, callbacks: list | None = None)
     from posttrain.data.contrastive import TripletCollator, TripletDataset, build_triplets
     from posttrain.training_args import common_training_kwargs
 
-    model, tokenizer = build_model(cfg)
-    algo = cfg.algo
+    model = build_model(cfg)
+    tokenizer, algo = model.tokenizer, cfg.algo
     dataset = TripletDataset(
         build_triplets(cfg.data, "train"), tokenizer, algo.max_length, algo.pool,
         injected_target=cfg.data.params.get("injected_target", "answer"), pad_to_max_length=algo.pad_to_max_length,
     )
-    # gradient checkpointing is already set up by posttrain.models.load (non-reentrant)
     args = TrainingArguments(**common_training_kwargs(cfg, run_dir), remove_unused_columns=False)
     return ContrastiveTrainer(
         model=model, args=args, train_dataset=dataset, data_collator=TripletCollator(tokenizer.pad_token_id),
@@ -54,7 +36,7 @@ def build_trainer(cfg: DictConfig, run_dir: Path, callbacks: list | None = None)
 
 def summarize(cfg: DictConfig, trainer, run_dir: Path) -> dict[str, Any]:
     """Attack success and utility of the starting weights ('before') and the trained ones ('after')."""
-    if not cfg.algo.eval.before_after or cfg.data.num_eval <= 0:
+    if not cfg.algo.eval_at_end or cfg.data.num_eval <= 0:
         return {}
     from posttrain.algos.contrastive.evaluate import evaluate_model, evaluate_start, flat
 
@@ -62,10 +44,3 @@ def summarize(cfg: DictConfig, trainer, run_dir: Path) -> dict[str, Any]:
     after = evaluate_model(cfg, trained, trainer.processing_class)
     before = evaluate_start(cfg, trained, trainer.processing_class)  # same model object: no second base copy
     return {"eval_before": before, "eval_after": after, **flat(before, "_before"), **flat(after, "_after")}
-
-
-def evaluate(cfg: DictConfig, run_dir: Path) -> dict[str, Any]:
-    """mode=eval: score `algo.eval.checkpoint` (null: newest checkpoint of the run dir; init: starting weights)."""
-    from posttrain.algos.contrastive.evaluate import evaluate_checkpoint
-
-    return evaluate_checkpoint(cfg, run_dir)

@@ -2,27 +2,12 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Optional
 
 from omegaconf import DictConfig
 
-from posttrain.config.validate import ConfigError, register_validator
-
-# Every optimizer micro-batch runs benign + counterfactual + injected rows in one forward: memory plans
-# multiply the nominal per-device batch by this.
-BATCH_MULTIPLIER = 3
-
-
-@dataclass
-class ContrastiveEvalConfig:
-    max_new_tokens: int = 12
-    batch_size: int = 32
-    # mode=eval: which weights to score. null: newest complete checkpoint of the run dir; "init": the starting
-    # weights (base + algo.init_from); or a checkpoint directory.
-    checkpoint: Optional[str] = None
-    # after training, score the starting and the final weights into summary.json ("before" / "after")
-    before_after: bool = True
+from posttrain.config.validate import ConfigError
 
 
 @dataclass
@@ -39,7 +24,10 @@ class ContrastiveAlgoConfig:
     proj_dim: int = 128
     pad_to_max_length: bool = False  # pre-pad in the dataset (static shapes); same rule as the collator
     init_from: Optional[str] = None  # checkpoint dir whose adapters + head start this run (fresh optimizer)
-    eval: ContrastiveEvalConfig = field(default_factory=ContrastiveEvalConfig)
+    # evaluation (greedy replies; mode=eval scores `eval.checkpoint`, "init" = base + algo.init_from)
+    max_new_tokens: int = 12
+    eval_batch_size: int = 32
+    eval_at_end: bool = True  # after training, score the starting and the final weights ("before" / "after")
 
 
 def validate_contrastive(cfg: DictConfig) -> None:
@@ -53,7 +41,7 @@ def validate_contrastive(cfg: DictConfig) -> None:
     if algo.pool not in ("prompt", "all"):
         raise ConfigError(f"algo.pool={algo.pool!r} is not one of prompt, all")
     sizes = {"max_length": algo.max_length, "proj_dim": algo.proj_dim,
-             "eval.max_new_tokens": algo.eval.max_new_tokens, "eval.batch_size": algo.eval.batch_size}
+             "max_new_tokens": algo.max_new_tokens, "eval_batch_size": algo.eval_batch_size}
     for key, value in sizes.items():
         if value <= 0:
             raise ConfigError(f"algo.{key}={value} must be > 0")
@@ -62,5 +50,3 @@ def validate_contrastive(cfg: DictConfig) -> None:
     if not cfg.model.lora.enabled:
         raise ConfigError("algo=contrastive trains LoRA adapters + a projection head: model.lora.enabled must be true")
 
-
-register_validator("contrastive", validate_contrastive)

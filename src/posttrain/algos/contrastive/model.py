@@ -9,9 +9,11 @@ clipping and checkpointing cover both (see `checkpoint.py` for what a checkpoint
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 import torch.nn.functional as F
+from omegaconf import DictConfig
 from torch import nn
 
 
@@ -55,10 +57,11 @@ class ContrastiveOutput:
 class ContrastiveModel(nn.Module):
     """`lm` is the PEFT-wrapped causal LM; `forward` runs the backbone once over all rows and pools."""
 
-    def __init__(self, lm: nn.Module, head: ProjectionHead):
+    def __init__(self, lm: nn.Module, head: ProjectionHead, tokenizer: Any = None):
         super().__init__()
         self.lm = lm
         self.head = head
+        self.tokenizer = tokenizer
 
     @property
     def causal_lm(self) -> nn.Module:
@@ -77,9 +80,33 @@ class ContrastiveModel(nn.Module):
         pooled = masked_mean(hidden, pool_mask * attention_mask)
         return ContrastiveOutput(hidden=hidden, pooled=pooled, z=self.head(pooled))
 
-    # HF Trainer / accelerate hooks delegate to the LM
-    def gradient_checkpointing_enable(self, gradient_checkpointing_kwargs=None):
-        self.lm.gradient_checkpointing_enable(gradient_checkpointing_kwargs=gradient_checkpointing_kwargs)
+    # HF Trainer's activation-checkpointing hooks delegate to the LM
+    def activation_checkpointing_enable(self, activation_checkpointing_kwargs: dict | None = None, **kwargs) -> None:
+        self.causal_lm.activation_checkpointing_enable(activation_checkpointing_kwargs, **kwargs)
 
-    def gradient_checkpointing_disable(self):
-        self.lm.gradient_checkpointing_disable()
+    def activation_checkpointing_disable(self) -> None:
+        self.causal_lm.activation_checkpointing_disable()
+
+
+def build_model(cfg: DictConfig, init: bool = True):
+    """`ContrastiveModel`: base + LoRA + a seeded fp32 head (tokenizer as `.tokenizer`); weights of
+    `algo.init_from` if `init`."""
+    from posttrain.algos.contrastive.checkpoint import load_weights
+    from posttrain.models import load
+
+    lm, tokenizer = load(cfg, with_lora=True)
+    with torch.random.fork_rng():
+        torch.manual_seed(cfg.seed + 1)
+        head = ProjectionHead(lm.config.hidden_size, cfg.algo.proj_dim, cfg.algo.head_hidden_dim)
+    head.to(next(lm.parameters()).device)
+    model = ContrastiveModel(lm, head, tokenizer)
+    if init and cfg.algo.init_from:
+        load_weights(model, cfg.algo.init_from, cfg)
+    return model
+
+
+def head_parameter_count(cfg: DictConfig) -> int:
+    """Parameters of the projection head `cfg` builds (counted from the module on the meta device)."""
+    with torch.device("meta"):
+        head = ProjectionHead(int(cfg.model.arch.hidden_size), cfg.algo.proj_dim, cfg.algo.head_hidden_dim)
+    return sum(p.numel() for p in head.parameters())

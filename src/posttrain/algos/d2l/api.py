@@ -11,7 +11,6 @@ from omegaconf import DictConfig, OmegaConf
 from posttrain.algos.d2l.config import D2LAlgoConfig
 from posttrain.algos.d2l.lora import GeneratedLoRA
 from posttrain.algos.d2l.model import D2LModel, build_model
-from posttrain.callbacks import read_metrics
 from posttrain.checkpoints import complete_checkpoints
 from posttrain.errors import CheckpointError
 
@@ -44,13 +43,7 @@ def build_trainer(cfg: DictConfig, run_dir: Path, callbacks: list | None = None)
         key = {"model": OmegaConf.to_container(cfg.model, resolve=True), "data": OmegaConf.to_container(cfg.data),
                "seed": cfg.seed, "max_length": algo.max_length, "max_doc_length": algo.encoder.max_doc_length}
         attach_teacher(model, rows, algo.kl_top_k, algo.kl_temperature, Path(run_dir) / "cache", key)
-    use_gc = bool(cfg.model.gradient_checkpointing or cfg.hw.gradient_checkpointing)
-    args = TrainingArguments(
-        **common_training_kwargs(cfg, run_dir),
-        remove_unused_columns=False,
-        activation_checkpointing=use_gc,
-        activation_checkpointing_kwargs={"use_reentrant": False} if use_gc else None,
-    )
+    args = TrainingArguments(**common_training_kwargs(cfg, run_dir), remove_unused_columns=False)
     return D2LTrainer(
         model=model,
         args=args,
@@ -62,7 +55,7 @@ def build_trainer(cfg: DictConfig, run_dir: Path, callbacks: list | None = None)
 
 
 def _eval(cfg: DictConfig, model: D2LModel) -> dict[str, Any]:
-    from posttrain.algos.d2l.evaluation import evaluate_model
+    from posttrain.algos.d2l.evaluate import evaluate_model
     from posttrain.data.d2l import d2l_records
 
     _, held_out = d2l_records(cfg.data)
@@ -80,14 +73,8 @@ def _flat_eval(result: dict[str, Any]) -> dict[str, Any]:
 
 
 def summarize(cfg: DictConfig, trainer, run_dir: Path) -> dict[str, Any]:
-    """ce_loss first/last means; with `algo.eval_at_end`, the held-out table (also in `eval.json`)."""
-    metrics = read_metrics(Path(run_dir) / "metrics.jsonl")
+    """With `algo.eval_at_end`, the held-out table (also in `eval.json`)."""
     summary: dict[str, Any] = {}
-    for key in ("ce_loss", "kl_loss", "gen_lora_l1_norm", "grad_norm"):
-        vals = [m[key] for m in metrics if m.get(key) is not None]
-        if vals:
-            summary[f"{key}_first5_mean"] = sum(vals[:5]) / len(vals[:5])
-            summary[f"{key}_last5_mean"] = sum(vals[-5:]) / len(vals[-5:])
     if cfg.algo.eval_at_end and cfg.data.num_eval > 1:
         model = trainer.accelerator.unwrap_model(trainer.model)
         result = _eval(cfg, model)
@@ -117,9 +104,9 @@ def load_d2l(cfg: DictConfig, checkpoint: str | Path) -> D2LModel:
     return model
 
 
-def evaluate(cfg: DictConfig, run_dir: Path) -> dict[str, Any]:
-    """`mode=eval`: held-out table for the checkpoint at `algo.checkpoint` (default: newest in `run_dir`)."""
-    model = load_d2l(cfg, cfg.algo.checkpoint or run_dir)
+def evaluate(cfg: DictConfig, run_dir: Path, checkpoint: Path | None) -> dict[str, Any]:
+    """`mode=eval`: held-out table for `checkpoint` (None: the untrained hypernet, whose LoRA is zero)."""
+    model = load_d2l(cfg, checkpoint) if checkpoint is not None else build_model(cfg)
     result = _eval(cfg, model)
     (Path(run_dir) / "eval.json").write_text(json.dumps(result, indent=2))
     return {"algo": "d2l", "mode": "eval", **_flat_eval(result), "eval": result}

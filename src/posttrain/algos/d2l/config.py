@@ -17,7 +17,7 @@ from typing import Optional
 
 from omegaconf import DictConfig
 
-from posttrain.config.validate import ConfigError, register_validator
+from posttrain.config.validate import ConfigError
 
 
 @dataclass
@@ -60,7 +60,6 @@ class D2LAlgoConfig:
     max_new_tokens: int = 12
     eval_at_end: bool = True  # held-out evaluation after training (summary.json["eval"])
     eval_batch_size: int = 16
-    checkpoint: Optional[str] = None  # mode=eval: a checkpoint dir or a run dir (null: latest in run_dir)
 
 
 def target_layers(cfg: DictConfig) -> list[int]:
@@ -121,5 +120,3 @@ def validate_d2l(cfg: DictConfig) -> None:
     if not str(cfg.data.name).startswith("d2l"):
         raise ConfigError(f"algo=d2l needs a document QA data set (data=d2l_synth or data=d2l_squad), got data={cfg.data.name}")
 
-
-register_validator("d2l", validate_d2l)

@@ -116,22 +116,16 @@ class D2LModel(nn.Module):
     def generate(self, prompt: str | Sequence[str], lora: GeneratedLoRA | None = None, max_new_tokens: int = 32,
                  **gen_kwargs: Any) -> str | list[str]:
         """Greedy chat completion(s) of the base model with `lora` applied (None: the bare base model)."""
+        from posttrain.models.generation import generate
+
         prompts = [prompt] if isinstance(prompt, str) else list(prompt)
-        tok = self.tokenizer
-        texts = [tok.apply_chat_template([{"role": "user", "content": p}], add_generation_prompt=True, tokenize=False)
-                 for p in prompts]
-        side, tok.padding_side = tok.padding_side, "left"
+        convs = [[{"role": "user", "content": p}] for p in prompts]
+        self.apply(lora)  # one LoRA per prompt: the whole list is one batch
         try:
-            enc = tok(texts, return_tensors="pt", padding=True, add_special_tokens=False).to(self.device)
-        finally:
-            tok.padding_side = side
-        self.apply(lora)
-        try:
-            out = self.base.generate(**enc, max_new_tokens=max_new_tokens, do_sample=False,
-                                     pad_token_id=tok.pad_token_id, eos_token_id=tok.eos_token_id, **gen_kwargs)
+            answers, _ = generate(self.base, self.tokenizer, convs, max_new_tokens=max_new_tokens,
+                                  batch_size=len(convs), **gen_kwargs)
         finally:
             self.reset()
-        answers = tok.batch_decode(out[:, enc["input_ids"].shape[1]:], skip_special_tokens=True)
         return answers[0] if isinstance(prompt, str) else answers
 
     # -- checkpoints: safetensors + JSON, no pickles -----------------------------------------------------------
@@ -185,3 +179,19 @@ def build_model(cfg: DictConfig) -> D2LModel:
         torch.manual_seed(cfg.seed)
         model = D2LModel(base, tokenizer, spec, share_encoder_weights=cfg.algo.encoder.share_weights)
     return model
+
+
+def hypernet_parameter_count(cfg: DictConfig) -> int:
+    """Parameters of the hypernet `cfg` builds, counted from the module itself (base and hypernet on the meta
+    device: no weights load), so the memory plan cannot drift from the model."""
+    import warnings
+
+    from transformers import AutoModelForCausalLM
+
+    from posttrain.models import hf_config
+
+    with torch.device("meta"), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        base = AutoModelForCausalLM.from_config(hf_config(cfg.model))
+        hypernet = Hypernet(hypernet_spec(cfg, base))
+    return sum(p.numel() for p in hypernet.parameters())

@@ -14,7 +14,7 @@ from typing import Any
 
 from transformers import Trainer
 
-from posttrain.algos.d2l.losses import d2l_loss
+from posttrain.algos.d2l.loss import d2l_loss
 from posttrain.callbacks.loss_terms import LossTermsMixin
 from posttrain.checkpoints import AtomicCheckpointMixin
 from posttrain.guards import check_finite_loss

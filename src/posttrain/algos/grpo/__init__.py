@@ -1,94 +1,77 @@
-"""GRPO on TRL's `GRPOTrainer`: config mapping, rewards, data, and the training entry point."""
+"""`algo=grpo`: Group Relative Policy Optimization on TRL's `GRPOTrainer` (verifiable rewards, no critic).
+
+    python train.py algo=grpo data=arith algo.beta=0.04 algo.num_generations=8 kernels=fused
+
+Modules: `config` (schema, rules), `build` (GRPOConfig mapping, trainer assembly), `trainer` (the TRL subclass),
+`kl_control` (adaptive beta), `rewards` (reward functions from `data.rewards`), `reward_hist`, `evaluate` (mode=eval).
+This file is the algorithm's entry in the registry and stays light (no torch): composing a config imports it.
+"""
 
 from __future__ import annotations
 
 from pathlib import Path
 from typing import Any
 
-from omegaconf import DictConfig
-from trl import GRPOConfig
+from omegaconf import DictConfig, open_dict
 
-from posttrain.algos.grpo.evaluate import evaluate
-from posttrain.algos.grpo.kl_control import AdaptiveBeta
-from posttrain.algos.grpo.rewards import reward_functions
-from posttrain.training_args import common_training_kwargs
-
-__all__ = ["build_trainer", "evaluate", "grpo_args"]
+from posttrain.algos.base import Algorithm, Workload
+from posttrain.algos.grpo.config import GRPOAlgoConfig, validate_grpo
 
 
-def grpo_args(cfg: DictConfig, run_dir: Path, reward_weights: list[float] | None = None) -> GRPOConfig:
-    """`GRPOConfig` from the `trainer`, `hw` and `algo` groups."""
-    algo = cfg.algo
-    gen = algo.generation
-    use_gc = bool(cfg.model.gradient_checkpointing or cfg.hw.gradient_checkpointing)
-    kwargs: dict[str, Any] = common_training_kwargs(cfg, run_dir)
-    kwargs.update(
-        num_generations=algo.num_generations,
-        max_completion_length=algo.max_completion_length,
-        loss_type=algo.loss_type,
-        beta=algo.beta,
-        epsilon=algo.epsilon,
-        epsilon_high=algo.epsilon_high,
-        scale_rewards=algo.scale_rewards,
-        importance_sampling_level=algo.importance_sampling_level,
-        num_iterations=algo.num_iterations,
-        mask_truncated_completions=algo.mask_truncated_completions,
-        temperature=gen.temperature,
-        top_p=gen.top_p,
-        top_k=gen.top_k,
-        use_vllm=gen.backend == "vllm",
-        vllm_mode=gen.vllm_mode,
-        vllm_gpu_memory_utilization=cfg.hw.vllm_gpu_memory_utilization,
-        reward_weights=reward_weights,
-        # log-probs in fp32 even when the model runs in bf16 (bf16 log-softmax drifts at 200k vocab)
-        cast_lm_head_to_fp32=cfg.hw.precision != "fp32",
-        # transformers 5 names (the gradient_checkpointing* aliases, which TRL defaults to True, warn on every run)
-        activation_checkpointing=use_gc,
-        activation_checkpointing_kwargs={"use_reentrant": False} if use_gc else None,
-        use_liger_kernel=False,
-        remove_unused_columns=False,
-        log_completions=False,
-    )
-    return GRPOConfig(**kwargs)
+class GRPO(Algorithm):
+    name = "grpo"
+    schema = GRPOAlgoConfig
+    summary_keys = ("reward", "loss", "kl")
+    objective = "reward_last5_mean"
+
+    def validate(self, cfg: DictConfig) -> None:
+        validate_grpo(cfg)
+
+    def batch_multiple(self, cfg: DictConfig) -> int:
+        return int(cfg.algo.num_generations)  # whole groups per generation batch
+
+    def apply_hardware(self, cfg: DictConfig, given: set[str]) -> dict[str, Any]:
+        """The profile's vLLM mode (colocate on one big device, server otherwise) unless the command line chose."""
+        mode = cfg.hw.vllm_mode
+        gen = cfg.algo.generation
+        if not mode or "algo.generation.vllm_mode" in given or gen.vllm_mode == mode:
+            return {}
+        with open_dict(cfg):
+            gen.vllm_mode = mode
+        return {"algo.generation.vllm_mode": mode}
+
+    def workload(self, cfg: DictConfig) -> Workload:
+        """`trainer.per_device_batch_size` counts *completions* (TRL's convention): prompts x num_generations. A
+        generation round produces per_device_batch x grad_accum completions at once (TRL's steps_per_generation),
+        whose KV cache (or a colocated vLLM) is held while the optimizer states are resident. The loss needs logits
+        of the completion tokens only. A frozen reference copy exists when beta > 0 and the whole model trains
+        (with LoRA the reference is the base with adapters disabled: no copy)."""
+        algo, batch = cfg.algo, int(cfg.trainer.per_device_batch_size)
+        k = int(algo.num_generations)
+        seq = int(algo.max_prompt_length) + int(algo.max_completion_length)
+        gen = batch * int(cfg.trainer.grad_accum)
+        prompts = f"{gen / k:g}" if gen % k else str(gen // k)
+        vllm = algo.generation.backend == "vllm"
+        return Workload(
+            seqs=batch, seq_len=seq, logit_tokens=int(algo.max_completion_length) + 1,
+            note=f"{batch} completions/micro-batch; rollout {gen} = {prompts} prompts x {k} generations",
+            train_mode="lora" if cfg.model.lora.enabled else "full",
+            loss_backend=cfg.kernels.backend, kernels_apply=True, batch_multiple=k,
+            gen_seqs=0 if vllm else gen, gen_len=seq, gen_prompt_len=int(algo.max_prompt_length),
+            vllm_colocated=vllm and algo.generation.vllm_mode == "colocate",
+            memory_options=("algo.generation.vllm_mode=server",) if vllm and algo.generation.vllm_mode == "colocate" else (),
+            ref_copy=float(algo.beta) > 0 and not cfg.model.lora.enabled,
+        )
+
+    def build_trainer(self, cfg: DictConfig, run_dir: Path, callbacks: list) -> Any:
+        from posttrain.algos.grpo.build import build_trainer
+
+        return build_trainer(cfg, run_dir, callbacks)
+
+    def evaluate(self, cfg: DictConfig, run_dir: Path, checkpoint: Path | None) -> dict[str, Any]:
+        from posttrain.algos.grpo.evaluate import evaluate
+
+        return evaluate(cfg, checkpoint)
 
 
-def _reference_for_full_finetuning(cfg: DictConfig, model: Any, run_dir: Path) -> None:
-    """TRL loads the frozen reference of a fully fine-tuned model from `config._name_or_path`. A tiny random-init
-    model has no hub id, so its initial weights are saved in the run dir and the reference loads from there."""
-    if not cfg.model.tiny or cfg.model.lora.enabled or cfg.algo.beta == 0:
-        return
-    init_dir = run_dir / "init_model"
-    model.save_pretrained(init_dir)
-    model.config._name_or_path = str(init_dir)
-
-
-def build_trainer(cfg: DictConfig, run_dir: Path, callbacks: list | None = None):
-    """Model, data, rewards and `PosttrainGRPOTrainer`, ready to `.train()`."""
-    from posttrain.algos.grpo.trainer import PosttrainGRPOTrainer
-    from posttrain.data import build_grpo_dataset
-    from posttrain.models import load
-
-    funcs, weights = reward_functions(cfg.data)
-    if cfg.algo.generation.backend == "vllm":
-        from posttrain.algos.grpo.vllm import require_vllm
-
-        require_vllm()
-    model, tokenizer = load(cfg)
-    _reference_for_full_finetuning(cfg, model, run_dir)
-    dataset = build_grpo_dataset(cfg.data, tokenizer, cfg.algo.max_prompt_length)
-    kl = cfg.algo.kl
-    controller = (
-        AdaptiveBeta(cfg.algo.beta, kl.target, kl.horizon, kl.beta_min, kl.beta_max) if kl.target else None
-    )
-    return PosttrainGRPOTrainer(
-        model=model,
-        reward_funcs=funcs,
-        args=grpo_args(cfg, run_dir, weights),
-        train_dataset=dataset,
-        processing_class=tokenizer,
-        callbacks=callbacks,
-        kernel_backend=cfg.kernels.backend,
-        kl_estimator=kl.estimator,
-        kl_controller=controller,
-        reward_hist_default=cfg.data.name,
-    )
+ALGORITHM = GRPO()

@@ -1,8 +1,8 @@
 """`mode=eval` for GRPO: sample completions for held-out prompts and score them with the task's rewards.
 
 Held-out prompts come from the same generator with another seed (`data.seed + 10_000`), or from the data set's
-eval split for hub/JSONL sources. `resume=<checkpoint>`/`auto` evaluates trained adapters; without it, the
-initial model.
+eval split for hub/JSONL sources. `eval.checkpoint` picks the weights (see `posttrain.checkpoints.eval_checkpoint`):
+trained adapters (or full weights), or the starting model with `eval.checkpoint=init`.
 """
 
 from __future__ import annotations
@@ -14,17 +14,27 @@ import torch
 from omegaconf import DictConfig, open_dict
 
 from posttrain.algos.grpo.rewards import reward_functions
-from posttrain.checkpoints import resolve_resume
 from posttrain.data.grpo import build_grpo_dataset
+from posttrain.models.generation import generate
 
 HELD_OUT_SEED = 10_000
 
 
-def _load_adapter(model: Any, checkpoint: str) -> None:
-    from peft import set_peft_model_state_dict
+def load_trained_weights(model: Any, checkpoint: Path) -> None:
+    """Adapters (`adapter_model.safetensors`) into a PEFT model, or full weights (`model.safetensors`)."""
     from safetensors.torch import load_file
 
-    set_peft_model_state_dict(model, load_file(str(Path(checkpoint) / "adapter_model.safetensors")))
+    from posttrain.errors import CheckpointError
+
+    adapters, full = checkpoint / "adapter_model.safetensors", checkpoint / "model.safetensors"
+    if adapters.is_file():
+        from peft import set_peft_model_state_dict
+
+        set_peft_model_state_dict(model, load_file(str(adapters)))
+    elif full.is_file():
+        model.load_state_dict(load_file(str(full)), strict=False)
+    else:
+        raise CheckpointError(f"{checkpoint}: no adapter_model.safetensors or model.safetensors")
 
 
 @torch.no_grad()
@@ -39,23 +49,16 @@ def score(cfg: DictConfig, model: Any, tokenizer: Any, n_prompts: int, samples: 
     ds = build_grpo_dataset(data_cfg, tokenizer, cfg.algo.max_prompt_length)
     funcs, weights = reward_functions(cfg.data)
     gen = cfg.algo.generation
-    model.eval()
     totals: dict[str, list[float]] = {f.__name__: [] for f in funcs}
     totals["reward"] = []
     for row in ds:
         prompt = row["prompt"]
-        text = tokenizer.apply_chat_template(prompt, add_generation_prompt=True, tokenize=False) if isinstance(
-            prompt, list) else prompt
-        enc = tokenizer(text, return_tensors="pt", add_special_tokens=False)
-        out = model.generate(
-            **enc, do_sample=True, temperature=gen.temperature, top_p=gen.top_p, top_k=gen.top_k or None,
-            max_new_tokens=cfg.algo.max_completion_length, num_return_sequences=samples,
-            pad_token_id=tokenizer.pad_token_id,
-        )
-        ids = [[t for t in seq.tolist() if t != tokenizer.pad_token_id] for seq in out[:, enc.input_ids.size(1):]]
-        completions = [tokenizer.decode(c, skip_special_tokens=True) for c in ids]
+        texts, ids = generate(model, tokenizer, [prompt], max_new_tokens=cfg.algo.max_completion_length,
+                              num_return_sequences=samples, do_sample=True, temperature=gen.temperature,
+                              top_p=gen.top_p, top_k=gen.top_k or None)
+        completions: list[Any] = texts
         if isinstance(prompt, list):
-            completions = [[{"role": "assistant", "content": c}] for c in completions]
+            completions = [[{"role": "assistant", "content": c}] for c in texts]
         columns = {k: [v] * samples for k, v in row.items() if k != "prompt"}
         per_func = [f([prompt] * samples, completions, completion_ids=ids, **columns) for f in funcs]
         for f, vals in zip(funcs, per_func):
@@ -64,16 +67,17 @@ def score(cfg: DictConfig, model: Any, tokenizer: Any, n_prompts: int, samples: 
     return {f"eval_{k}": sum(v) / len(v) for k, v in totals.items() if v}
 
 
-def evaluate(cfg: DictConfig, run_dir: Path) -> dict[str, Any]:
+def evaluate(cfg: DictConfig, checkpoint: Path | None) -> dict[str, Any]:
+    """Held-out rewards of `checkpoint` (None: the starting model)."""
     from posttrain.models import load
 
     torch.manual_seed(cfg.seed)
     model, tokenizer = load(cfg)
-    checkpoint = resolve_resume(cfg.resume, run_dir)
-    if checkpoint:
-        _load_adapter(model, checkpoint)
+    if checkpoint is not None:
+        load_trained_weights(model, checkpoint)
     n = cfg.data.num_eval or 32
-    summary: dict[str, Any] = {"algo": "grpo", "mode": "eval", "checkpoint": checkpoint, "eval_prompts": n}
+    summary: dict[str, Any] = {"algo": "grpo", "mode": "eval", "checkpoint": str(checkpoint) if checkpoint else None,
+                               "eval_prompts": n}
     summary.update(score(cfg, model, tokenizer, n))
     summary["objective"] = summary.get("eval_reward")
     return summary

@@ -1,0 +1,1 @@
+"""Bad-input reliability table: `python experiments/reliability/cases.py` (see README.md)."""

@@ -1,0 +1,218 @@
+"""The package's structure: no import cycles, every module imports on its own, algorithms and kernel backends are
+named once (a plugin algorithm needs no file outside its package), the wheel works outside the checkout."""
+
+from __future__ import annotations
+
+import ast
+import json
+import os
+import subprocess
+import sys
+import sysconfig
+import textwrap
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import ROOT
+
+SRC = ROOT / "src"
+ENV = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "PYTHONUNBUFFERED": "1"}
+
+
+def _modules() -> dict[str, Path]:
+    out = {}
+    for path in sorted((SRC / "posttrain").rglob("*.py")):
+        parts = path.relative_to(SRC).with_suffix("").parts
+        if parts[-1] == "__init__":
+            parts = parts[:-1]
+        out[".".join(parts)] = path
+    return out
+
+
+def _imports(name: str, path: Path, known: set[str]) -> set[str]:
+    """posttrain modules `name` imports anywhere (module level or inside functions; not under TYPE_CHECKING)."""
+    tree = ast.parse(path.read_text())
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    found: set[str] = set()
+    for node in tree.body:
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.dump(node.test):
+            continue
+        for sub in ast.walk(node):
+            if isinstance(sub, ast.Import):
+                found |= {a.name for a in sub.names}
+            elif isinstance(sub, ast.ImportFrom):
+                base = sub.module or ""
+                if sub.level:
+                    base = ".".join(package.split(".")[: len(package.split(".")) - sub.level + 1] + ([base] if base else []))
+                found.add(base)
+                found |= {f"{base}.{a.name}" for a in sub.names}
+    return {m for m in found if m in known and m != name}
+
+
+def test_no_import_cycles():
+    """Not even through imports deferred into functions: a module never depends on one that depends on it."""
+    modules = _modules()
+    graph = {name: _imports(name, path, set(modules)) for name, path in modules.items()}
+    state: dict[str, int] = {}
+    stack: list[str] = []
+
+    def visit(node: str) -> None:
+        state[node] = 1
+        stack.append(node)
+        for dep in sorted(graph[node]):
+            if state.get(dep) == 1:
+                cycle = stack[stack.index(dep):] + [dep]
+                raise AssertionError("import cycle: " + " -> ".join(cycle))
+            if dep not in state:
+                visit(dep)
+        stack.pop()
+        state[node] = 2
+
+    for name in sorted(graph):
+        if name not in state:
+            visit(name)
+
+
+def _import_alone(name: str) -> tuple[str, int, str]:
+    proc = subprocess.run([sys.executable, "-c", f"import {name}"], capture_output=True, text=True, env=ENV,
+                          cwd=ROOT, timeout=300)
+    return name, proc.returncode, proc.stderr[-1500:]
+
+
+@pytest.mark.slow
+def test_every_module_imports_in_a_fresh_interpreter():
+    names = [n for n in _modules() if not n.endswith("__main__")]  # (importing those runs them)
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        failures = [(n, err) for n, rc, err in pool.map(_import_alone, names) if rc != 0]
+    assert not failures, failures
+
+
+def test_composing_a_config_imports_no_torch():
+    code = ("import sys; from posttrain.config.compose import load_config; "
+            "load_config(['algo=d2l'], hf_names=False); load_config(['algo=contrastive', 'kernels=fused'], "
+            "hf_names=False); print('torch' in sys.modules)")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=ENV, cwd=ROOT, timeout=120)
+    assert proc.returncode == 0 and proc.stdout.strip() == "False", proc.stderr[-2000:]
+
+
+def test_kernel_choices_come_from_the_registry(compose):
+    from posttrain.kernels.registry import BACKENDS, CHOICES
+
+    assert not (ROOT / "conf" / "kernels").exists()  # the registry is the only list
+    for name in CHOICES:
+        assert compose(f"kernels={name}").kernels.backend == name
+    readme = (ROOT / "README.md").read_text()
+    assert all(f"`{name}`" in readme for name in BACKENDS)
+
+
+def test_no_algorithm_names_outside_algos():
+    """hardware/ and run.py talk to algorithms through the protocol only (docstrings aside: none either)."""
+    for path in [*(SRC / "posttrain" / "hardware").glob("*.py"), SRC / "posttrain" / "run.py"]:
+        text = path.read_text().lower()
+        for name in ("grpo", "d2l", "contrastive"):
+            assert name not in text, f"{path.name} names {name}"
+
+
+TOY = '''
+"""A toy algorithm living outside the repository: next-token loss on random tokens."""
+from dataclasses import dataclass
+
+from posttrain.algos.base import Algorithm, Workload
+from posttrain.config.validate import ConfigError
+
+
+@dataclass
+class ToyConfig:
+    name: str = "toy"
+    seq_len: int = 12
+
+
+class Toy(Algorithm):
+    name = "toy"
+    schema = ToyConfig
+
+    def validate(self, cfg):
+        if cfg.algo.seq_len < 2:
+            raise ConfigError("algo.seq_len must be >= 2")
+
+    def workload(self, cfg):
+        n = int(cfg.algo.seq_len)
+        return Workload(seqs=int(cfg.trainer.per_device_batch_size), seq_len=n, logit_tokens=n, note="toy rows",
+                        train_mode="lora" if cfg.model.lora.enabled else "full")
+
+    def build_trainer(self, cfg, run_dir, callbacks):
+        import torch
+        from transformers import Trainer, TrainingArguments
+
+        from posttrain.models import load
+        from posttrain.training_args import common_training_kwargs
+
+        model, tok = load(cfg)
+        g = torch.Generator().manual_seed(cfg.seed)
+        rows = [{"input_ids": ids, "labels": ids} for ids in torch.randint(0, 200, (64, cfg.algo.seq_len), generator=g)]
+        args = TrainingArguments(**common_training_kwargs(cfg, run_dir), remove_unused_columns=False)
+        return Trainer(model=model, args=args, train_dataset=rows, callbacks=callbacks)
+
+    def evaluate(self, cfg, run_dir, checkpoint):
+        return {"algo": "toy", "checkpoint": str(checkpoint)}
+
+
+ALGORITHM = Toy()
+'''
+
+
+@pytest.mark.slow
+def test_a_plugin_algorithm_trains_and_plans_without_touching_the_repository(tmp_path):
+    package = tmp_path / "plugin" / "posttrain" / "algos" / "toy"
+    package.mkdir(parents=True)
+    (package / "__init__.py").write_text(textwrap.dedent(TOY))
+    env = {**ENV, "PYTHONPATH": os.pathsep.join([str(tmp_path / "plugin"), ENV.get("PYTHONPATH", "")])}
+    before = subprocess.run(["git", "status", "--porcelain"], cwd=ROOT, capture_output=True, text=True).stdout
+    common = [sys.executable, str(ROOT / "train.py"), "algo=toy", "model=tiny_llama", "trainer.progress_bar=false"]
+    plan = subprocess.run([*common, "mode=plan"], env=env, cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert plan.returncode == 0, plan.stderr[-2000:]
+    summary = json.loads(plan.stdout.strip().splitlines()[-1])
+    assert summary["algo"] == "toy" and summary["params_trainable"] > 0 and summary["fits"]
+    bad = subprocess.run([*common, "algo.seq_len=1"], env=env, cwd=tmp_path, capture_output=True, text=True,
+                         timeout=300)
+    assert bad.returncode == 2 and bad.stderr.strip() == "error: algo.seq_len must be >= 2"
+    run = tmp_path / "run"
+    train = subprocess.run([*common, "trainer.max_steps=3", "trainer.per_device_batch_size=4", f"hydra.run.dir={run}"],
+                           env=env, cwd=tmp_path, capture_output=True, text=True, timeout=600)
+    assert train.returncode == 0, train.stderr[-2000:]
+    result = json.loads((run / "summary.json").read_text())
+    assert result["algo"] == "toy" and result["final_step"] == 3 and result["loss_first5_mean"] > 0
+    assert subprocess.run(["git", "status", "--porcelain"], cwd=ROOT, capture_output=True, text=True).stdout == before
+
+
+@pytest.mark.slow
+def test_installed_wheel_runs_outside_the_checkout(tmp_path):
+    """`pip install .` (a wheel, not editable): configs and chat templates come from the package."""
+    dist = tmp_path / "dist"
+    built = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", str(ROOT),
+                            "-w", str(dist)], capture_output=True, text=True, timeout=600)
+    assert built.returncode == 0, built.stderr[-2000:]
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=120)
+    site = next((venv / "lib").glob("python*/site-packages"))
+    # the dependencies of this environment, but not its editable posttrain (a .pth line adds no .pth processing)
+    (site / "deps.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
+    wheel = next(dist.glob("posttrain-*.whl"))
+    inst = subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-index", "--target",
+                           str(site), str(wheel)], capture_output=True, text=True, timeout=300)
+    assert inst.returncode == 0, inst.stderr[-2000:]
+    assert (site / "posttrain" / "conf" / "config.yaml").is_file()
+    assert (site / "posttrain" / "chat_templates" / "llama3.jinja").is_file()
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    python = str(venv / "bin" / "python")
+    where = subprocess.run([python, "-c", "import posttrain.paths as p; print(p.CONF_DIR)"], cwd=elsewhere,
+                           capture_output=True, text=True, env={**ENV, "PYTHONPATH": ""}, timeout=120)
+    assert where.stdout.strip() == str(site / "posttrain" / "conf"), where.stderr[-2000:]
+    run = subprocess.run([python, "-m", "posttrain", "trainer.max_steps=1", "trainer.progress_bar=false",
+                          "hydra.run.dir=run"], cwd=elsewhere, capture_output=True, text=True,
+                         env={**ENV, "PYTHONPATH": ""}, timeout=600)
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert json.loads((elsewhere / "run" / "summary.json").read_text())["final_step"] == 1
