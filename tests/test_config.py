@@ -65,3 +65,41 @@ def test_all_models_compose_offline():
     for path in (CONF / "model").glob("*.yaml"):
         cfg = load_config([f"model={path.stem}"])
         assert cfg.model.arch.vocab_size > 0 and cfg.model.arch.hidden_size > 0
+
+
+def _leaves(node, prefix=""):
+    if isinstance(node, dict):
+        for key, value in node.items():
+            if key != "defaults":
+                yield from _leaves(value, f"{prefix}{key}.")
+    else:
+        yield prefix.rstrip("."), node
+
+
+def test_a_default_lives_in_one_place():
+    """Schema dataclasses hold the defaults. The algo and trainer files set nothing; no other group file repeats a
+    schema default (a value equal to the default is a second copy that drifts)."""
+    import dataclasses
+
+    import yaml
+    from omegaconf import OmegaConf
+
+    from posttrain.algos.registry import algorithms
+    from posttrain.config.schema import DataConfig, HwConfig, LoggerConfig, ModelConfig
+
+    for path in [*(CONF / "algo").glob("*.yaml"), CONF / "trainer" / "default.yaml"]:
+        assert not [k for k in (yaml.safe_load(path.read_text()) or {}) if k != "defaults"], path
+    schemas = {"model": ModelConfig, "hw": HwConfig, "data": DataConfig, "logger": LoggerConfig}
+    for group, schema in schemas.items():
+        defaults = OmegaConf.to_container(OmegaConf.structured(schema))
+        for path in (CONF / group).glob("*.yaml"):
+            data = yaml.safe_load(path.read_text()) or {}
+            data = data.get(group, data) if "# @package _global_" in path.read_text() else data
+            flat_defaults = dict(_leaves(defaults))
+            repeated = [k for k, v in _leaves(data) if k in flat_defaults and flat_defaults[k] == v
+                        and flat_defaults[k] != "???" and k != "name"]
+            assert not repeated, f"{path.relative_to(ROOT)} repeats schema defaults: {repeated}"
+    for name, algorithm in algorithms().items():  # every algo schema field has a default (composes without a file)
+        missing = [f.name for f in dataclasses.fields(algorithm.schema)
+                   if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING]
+        assert not missing, (name, missing)

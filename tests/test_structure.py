@@ -8,7 +8,6 @@ import json
 import os
 import subprocess
 import sys
-import sysconfig
 import textwrap
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -191,14 +190,15 @@ def test_a_plugin_algorithm_trains_and_plans_without_touching_the_repository(tmp
 def test_installed_wheel_runs_outside_the_checkout(tmp_path):
     """`pip install .` (a wheel, not editable): configs and chat templates come from the package."""
     dist = tmp_path / "dist"
-    built = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", str(ROOT),
+    built = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", str(ROOT),
                             "-w", str(dist)], capture_output=True, text=True, timeout=600)
     assert built.returncode == 0, built.stderr[-2000:]
     venv = tmp_path / "venv"
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=120)
     site = next((venv / "lib").glob("python*/site-packages"))
-    # the dependencies of this environment, but not its editable posttrain (a .pth line adds no .pth processing)
-    (site / "deps.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
+    # the dependencies of this environment, but not the checkout's posttrain (a .pth line adds no .pth processing)
+    deps = [p for p in sys.path if p and Path(p).is_dir() and not Path(p).resolve().is_relative_to(ROOT)]
+    (site / "deps.pth").write_text("\n".join(deps) + "\n")
     wheel = next(dist.glob("posttrain-*.whl"))
     inst = subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-index", "--target",
                            str(site), str(wheel)], capture_output=True, text=True, timeout=300)

@@ -51,25 +51,25 @@ class ModelConfig:
 
 @dataclass
 class HwConfig:
-    """A hardware profile: every profile file (conf/hw/*.yaml) sets every field without a default here."""
+    """A hardware profile: every profile file (conf/hw/*.yaml) sets every field but `force` (no defaults here)."""
 
     name: str = MISSING
     device: str = MISSING  # cpu | cuda | xla
     device_gib: float = MISSING
-    num_devices: int = 1
+    num_devices: int = MISSING
     precision: str = MISSING  # fp32 | bf16 | fp16
-    tf32: bool = False
+    tf32: bool = MISSING
     gradient_checkpointing: bool = MISSING
-    alloc_conf: Optional[str] = None  # PYTORCH_CUDA_ALLOC_CONF
+    alloc_conf: Optional[str] = MISSING  # PYTORCH_CUDA_ALLOC_CONF
     optimizer: str = MISSING
-    optimizer_fallback: Optional[str] = None  # used when `optimizer` needs bitsandbytes and it is not installed
+    optimizer_fallback: Optional[str] = MISSING  # used when `optimizer` needs bitsandbytes and it is not installed
     # Attention implementation per model family when model.attn_implementation is null (posttrain.hardware).
     attn_implementation: dict[str, str] = MISSING
-    per_device_batch_size: Optional[int] = None  # null: keep trainer.per_device_batch_size
-    vllm_mode: Optional[str] = None  # null | colocate | server
-    vllm_gpu_memory_utilization: float = 0.3  # share of device memory a colocated vLLM reserves
-    kernels: Optional[str] = None  # kernel backend this device prefers over the default `trl` (tpu: pallas)
-    accelerate_config: Optional[str] = None  # conf/accelerate/<name>.yaml when num_devices > 1
+    per_device_batch_size: Optional[int] = MISSING  # null: keep trainer.per_device_batch_size
+    vllm_mode: Optional[str] = MISSING  # null | colocate | server
+    vllm_gpu_memory_utilization: float = MISSING  # share of device memory a colocated vLLM reserves
+    kernels: Optional[str] = MISSING  # kernel backend this device prefers over the default `trl` (tpu: pallas)
+    accelerate_config: Optional[str] = MISSING  # conf/accelerate/<name>.yaml when num_devices > 1
     overhead_gib: float = MISSING  # framework overhead per device in the memory plan (CUDA context, allocator, libs)
     force: bool = False  # train even when the memory plan says it does not fit
 

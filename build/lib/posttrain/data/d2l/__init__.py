@@ -1,0 +1,72 @@
+"""D2L data: (document, question, answer) records — offline synthetic documents or SQuAD-style sets — and their
+tokenization into the three views D2L needs: the document alone (context encoder), the question alone (student,
+labels on the answer) and document + question (in-context teacher and baseline)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from omegaconf import DictConfig
+
+from posttrain.data.chat import IGNORE_INDEX, assistant_labels, check_labels
+from posttrain.data.d2l.squad import load_squad
+from posttrain.data.d2l.synthetic import ATTRIBUTES, synthetic_documents, synthetic_qa
+from posttrain.errors import DataError
+
+__all__ = ["ATTRIBUTES", "d2l_records", "featurize", "load_squad", "synthetic_documents", "synthetic_qa"]
+
+
+def _split_by_doc(records: list[dict[str, Any]], num_train: int, num_eval: int) -> tuple[list, list]:
+    """First `num_train` documents for training, the last `num_eval` (disjoint) held out."""
+    doc_ids = sorted({r["doc_id"] for r in records})
+    if len(doc_ids) < num_eval + 1:
+        raise DataError(f"only {len(doc_ids)} documents: cannot hold out {num_eval} and still train")
+    held = set(doc_ids[len(doc_ids) - num_eval:]) if num_eval else set()
+    train_ids = set([d for d in doc_ids if d not in held][:num_train])
+    return [r for r in records if r["doc_id"] in train_ids], [r for r in records if r["doc_id"] in held]
+
+
+def d2l_records(data_cfg: DictConfig) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """(train, held-out) QA records for `data_cfg`; held-out documents never appear in training."""
+    params = dict(data_cfg.params)
+    if data_cfg.source == "generator":
+        if data_cfg.name != "d2l_synth":
+            raise DataError(f"data.name={data_cfg.name!r} has no D2L generator (available: d2l_synth)")
+        train = synthetic_qa(data_cfg.num_train, seed=data_cfg.seed, held_out=False, **params)
+        held = synthetic_qa(data_cfg.num_eval, seed=data_cfg.seed, held_out=True, **params)
+        return train, held
+    if not data_cfg.path:
+        raise DataError(f"data.source={data_cfg.source} needs data.path (a file, or a hub name such as rajpurkar/squad)")
+    eval_split = params.get("eval_split")
+    if eval_split:  # separate hub split for held-out documents
+        train = _split_by_doc(load_squad(data_cfg.path, data_cfg.split), data_cfg.num_train, 0)[0]
+        held_all = load_squad(data_cfg.path, eval_split)
+        return train, _split_by_doc(held_all, 0, min(data_cfg.num_eval, len({r['doc_id'] for r in held_all}) - 1))[1]
+    return _split_by_doc(load_squad(data_cfg.path, data_cfg.split), data_cfg.num_train, data_cfg.num_eval)
+
+
+def in_context_prompt(document: str, question: str) -> str:
+    return f"{document}\n\n{question}"
+
+
+def featurize(record: dict[str, Any], tokenizer: Any, max_length: int, max_doc_length: int) -> dict[str, Any]:
+    """Token ids for one record: `ctx_ids` (document), student `input_ids/labels`, teacher `t_input_ids/t_labels`."""
+    ctx = tokenizer(record["document"], add_special_tokens=False)["input_ids"][:max_doc_length]
+    answer = [{"role": "assistant", "content": record["answer"]}]
+    student = assistant_labels(tokenizer, [{"role": "user", "content": record["question"]}] + answer, max_length)
+    teacher = assistant_labels(
+        tokenizer,
+        [{"role": "user", "content": in_context_prompt(record["document"], record["question"])}] + answer,
+        max_length + max_doc_length,
+    )
+    import torch
+
+    for name, view in (("student", student), ("in-context", teacher)):
+        check_labels(torch.tensor(view["labels"]), where=f"{name} view of {record['question']!r}")
+    n_s = sum(t != IGNORE_INDEX for t in student["labels"])
+    n_t = sum(t != IGNORE_INDEX for t in teacher["labels"])
+    if n_s != n_t:
+        raise DataError(f"answer of {record['question']!r} truncated differently with and without the document "
+                        f"({n_s} vs {n_t} tokens): raise algo.max_length")
+    return {"ctx_ids": ctx, "input_ids": student["input_ids"], "labels": student["labels"],
+            "t_input_ids": teacher["input_ids"], "t_labels": teacher["labels"]}
