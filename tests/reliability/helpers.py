@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 from pathlib import Path
 
@@ -74,23 +73,3 @@ def metrics(run_dir: Path) -> list[dict]:
 
 def trainer_state(ckpt: Path) -> dict:
     return json.loads((ckpt / "trainer_state.json").read_text())
-
-
-def algo_ready(algo: str) -> str | None:
-    """None when `algo` can be trained here, else why not (its package is still being written)."""
-    from posttrain.checkpoints import AtomicCheckpointMixin
-    from posttrain.run import ALGOS
-
-    if importlib.util.find_spec(ALGOS[algo]) is None:
-        return f"{ALGOS[algo]} is not importable yet"
-    try:
-        module = importlib.import_module(ALGOS[algo])
-        trainer_mod = importlib.import_module(f"{ALGOS[algo]}.trainer")
-    except Exception as ex:  # noqa: BLE001 - a package in progress
-        return f"{ALGOS[algo]} does not import: {type(ex).__name__}: {ex}"
-    if not hasattr(module, "build_trainer"):
-        return f"{ALGOS[algo]} has no build_trainer yet"
-    trainers = [v for v in vars(trainer_mod).values() if isinstance(v, type) and v.__module__ == trainer_mod.__name__]
-    if not any(issubclass(t, AtomicCheckpointMixin) for t in trainers):
-        return f"{ALGOS[algo]}.trainer has no AtomicCheckpointMixin trainer yet (resume=auto needs COMPLETE markers)"
-    return None

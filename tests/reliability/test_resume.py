@@ -12,7 +12,7 @@ import math
 import pytest
 import torch
 
-from tests.reliability.helpers import algo_ready, compose, leg, metrics, optimizer_state, tensors, trainer_state
+from tests.reliability.helpers import compose, leg, metrics, optimizer_state, tensors, trainer_state
 
 N = 2
 SCHEDULE = (f"trainer.max_steps={2 * N}", f"trainer.save_steps={N}", "trainer.lr_scheduler=linear",
@@ -44,9 +44,6 @@ def _one_thread():
 @pytest.mark.slow
 @pytest.mark.parametrize(("algo", "grad_accum"), CASES, ids=[f"{a}-ga{g}" for a, g in CASES])
 def test_straight_equals_interrupted_plus_resume(algo, grad_accum, tmp_path, capsys):
-    reason = algo_ready(algo)
-    if reason:
-        pytest.skip(reason)
     over = (*SCHEDULE, f"trainer.grad_accum={grad_accum}")
     straight, resumed = tmp_path / "straight", tmp_path / "resumed"
 
