@@ -10,6 +10,7 @@ from omegaconf import DictConfig
 from posttrain.config.compose import CONF_DIR, load_config
 from posttrain.config.registry import register
 from posttrain.errors import UserError
+from posttrain.inputs import check_inputs
 from posttrain.launch import is_main_process, rank_overrides
 
 
@@ -21,6 +22,7 @@ def _precheck(argv: list[str]) -> None:
     try:
         cfg = load_config(overrides, hf_names=False)  # run() checks HF names: no torch import here
         run_dir = next((a.split("=", 1)[1] for a in reversed(argv) if a.startswith("hydra.run.dir=")), None)
+        check_inputs(cfg, run_dir, overrides)  # run dir creatable, local data file readable: before Hydra writes
         # before Hydra writes .hydra/ into a dir that may hold another run (rank 0 only: ranks > 0 write nothing)
         if run_dir and cfg.mode == "train" and is_main_process():
             from pathlib import Path
