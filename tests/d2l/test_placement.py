@@ -52,3 +52,65 @@ def test_a_move_reaches_the_context_encoder(d2l_cfg, d2l_model, share):
             h.remove()
     assert len(seen) >= len(enc.layers) + 1 and set(seen) == {MOVED}, seen
     assert hidden.dtype == MOVED and all(a.dtype == MOVED for a in lora.A.values())
+
+
+def _watch_models(monkeypatch, seen: list) -> None:
+    """Every D2L model the API builds records the dtype its LM head computes in."""
+    from posttrain.algos.d2l import api
+
+    build = api.build_model
+
+    def build_and_watch(cfg):
+        model = build(cfg)
+        model.base.get_output_embeddings().register_forward_hook(lambda _m, inp, _o: seen.append(inp[0].dtype))
+        return model
+
+    monkeypatch.setattr(api, "build_model", build_and_watch)
+
+
+def test_teacher_cache_is_computed_where_the_trainer_placed_the_model(d2l_cfg, tmp_path, monkeypatch):
+    from posttrain.algos.d2l import api
+    from posttrain.algos.d2l.teacher import teacher_topk
+    from posttrain.algos.d2l.trainer import D2LTrainer
+
+    monkeypatch.setattr(D2LTrainer, "_move_model_to_device", lambda self, model, device: model.to(MOVED))
+    seen: list[torch.dtype] = []
+    _watch_models(monkeypatch, seen)
+    cfg = d2l_cfg("algo.kl_coef=0.5", "algo.kl_top_k=4", "data.num_train=4", "trainer.max_steps=1",
+                  "trainer.per_device_batch_size=4", "trainer.progress_bar=false")
+    trainer = api.build_trainer(cfg, tmp_path)
+    model = trainer.model
+    assert next(model.base.parameters()).dtype == MOVED  # the Trainer's (fake) move happened
+    assert seen and set(seen) == {MOVED}, seen  # ...and every teacher forward ran after it
+    rows = trainer.train_dataset.rows
+    again = teacher_topk(model, rows, 4)  # the cache holds the placed model's numbers
+    assert all(torch.equal(r["t_idx"], i) and torch.equal(r["t_logp"], lp) for r, (i, lp) in zip(rows, again))
+    trainer.train()  # one step on the moved model: no dtype mismatch between cache, batch and model
+    assert trainer.state.global_step == 1 and trainer.state.log_history[0]["kl_loss"] >= 0
+
+
+def test_load_d2l_and_eval_place_the_model_on_the_configured_device(d2l_cfg, d2l_model, tmp_path, monkeypatch):
+    from posttrain.algos.d2l import api
+
+    ckpt = tmp_path / "ckpt"
+    trained = d2l_model()
+    with torch.no_grad():
+        trained.hypernet.scale_B.normal_(0, 1.0)
+    trained.save_hypernet(ckpt)
+    monkeypatch.setattr(api, "device_for", lambda cfg: MOVED, raising=False)  # "the configured device"
+    seen: list[torch.dtype] = []
+    _watch_models(monkeypatch, seen)
+    cfg = d2l_cfg(f"algo.checkpoint={ckpt}", "algo.max_new_tokens=2", "algo.eval_batch_size=4")
+    model = api.load_d2l(cfg, ckpt)
+    assert {p.dtype for p in model.parameters()} == {MOVED}
+    seen.clear()
+    (tmp_path / "eval").mkdir()
+    out = api.evaluate(cfg, tmp_path / "eval")
+    assert seen and set(seen) == {MOVED}, seen
+    assert all(out["eval"][c]["answer_loss"] == out["eval"][c]["answer_loss"] for c in ("d2l", "in_context"))
+
+
+def test_device_for_follows_the_hardware_profile(d2l_cfg):
+    from posttrain.algos.d2l.api import device_for
+
+    assert device_for(d2l_cfg("hw=cpu")).type == "cpu"

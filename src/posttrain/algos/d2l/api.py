@@ -38,12 +38,12 @@ def build_trainer(cfg: DictConfig, run_dir: Path, callbacks: list | None = None)
     model = build_model(cfg)
     train_records, _ = d2l_records(cfg.data)
     rows = _featurized(cfg, model, train_records)
-    if algo.kl_coef > 0:
-        from posttrain.algos.d2l.teacher import attach_teacher
-
+    teacher = None
+    if algo.kl_coef > 0:  # computed by the trainer once it has placed the model
         key = {"model": OmegaConf.to_container(cfg.model, resolve=True), "data": OmegaConf.to_container(cfg.data),
                "seed": cfg.seed, "max_length": algo.max_length, "max_doc_length": algo.encoder.max_doc_length}
-        attach_teacher(model, rows, algo.kl_top_k, algo.kl_temperature, Path(run_dir) / "cache", key)
+        teacher = {"k": algo.kl_top_k, "temperature": algo.kl_temperature, "cache_dir": Path(run_dir) / "cache",
+                   "key_parts": key}
     use_gc = bool(cfg.model.gradient_checkpointing or cfg.hw.gradient_checkpointing)
     args = TrainingArguments(
         **common_training_kwargs(cfg, run_dir),
@@ -58,6 +58,7 @@ def build_trainer(cfg: DictConfig, run_dir: Path, callbacks: list | None = None)
         data_collator=D2LCollator(model.tokenizer.pad_token_id, teacher=algo.kl_coef > 0),
         callbacks=callbacks,
         ce_coef=algo.ce_coef, kl_coef=algo.kl_coef, l1_coef=algo.l1_coef, kl_temperature=algo.kl_temperature,
+        teacher=teacher,
     )
 
 
@@ -110,9 +111,18 @@ def find_checkpoint(path: str | Path) -> Path:
     raise CheckpointError(f"{path}: no D2L checkpoint (hypernet.safetensors) found")
 
 
+def device_for(cfg: DictConfig):
+    """The device training would use for `cfg.hw` (accelerate's: `cuda:<local rank>`, an XLA device, or the CPU
+    for `hw.device=cpu`, the same rule as HF `TrainingArguments(use_cpu=...)`)."""
+    from accelerate import PartialState
+
+    return PartialState(cpu=cfg.hw.device == "cpu").device
+
+
 def load_d2l(cfg: DictConfig, checkpoint: str | Path) -> D2LModel:
-    """Python API: the D2L model for `cfg` with the hypernet of `checkpoint` (a checkpoint, run or checkpoints dir)."""
-    model = build_model(cfg)
+    """Python API: the D2L model for `cfg` with the hypernet of `checkpoint` (a checkpoint, run or checkpoints dir),
+    on the device `cfg.hw` names."""
+    model = build_model(cfg).to(device_for(cfg))
     model.load_hypernet(find_checkpoint(checkpoint))
     return model
 
