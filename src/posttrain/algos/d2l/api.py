@@ -40,8 +40,8 @@ def build_trainer(cfg: DictConfig, run_dir: Path, callbacks: list | None = None)
     rows = _featurized(cfg, model, train_records)
     teacher = None
     if algo.kl_coef > 0:  # computed by the trainer once it has placed the model
-        key = {"model": OmegaConf.to_container(cfg.model, resolve=True), "data": OmegaConf.to_container(cfg.data),
-               "seed": cfg.seed, "max_length": algo.max_length, "max_doc_length": algo.encoder.max_doc_length}
+        # the weights' identity; the teacher's inputs, tokenizer and template are hashed from the rows themselves
+        key = {"model": OmegaConf.to_container(cfg.model, resolve=True), "seed": cfg.seed}
         teacher = {"k": algo.kl_top_k, "temperature": algo.kl_temperature, "cache_dir": Path(run_dir) / "cache",
                    "key_parts": key}
     use_gc = bool(cfg.model.gradient_checkpointing or cfg.hw.gradient_checkpointing)
