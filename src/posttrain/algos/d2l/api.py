@@ -22,7 +22,8 @@ __all__ = ["D2LAlgoConfig", "D2LModel", "GeneratedLoRA", "build_model", "build_t
 def _featurized(cfg: DictConfig, model: D2LModel, records: list[dict[str, Any]]) -> list[dict[str, Any]]:
     from posttrain.data.d2l import featurize
 
-    return [featurize(r, model.tokenizer, cfg.algo.max_length, cfg.algo.encoder.max_doc_length) for r in records]
+    enc = cfg.algo.encoder
+    return [featurize(r, model.tokenizer, cfg.algo.max_length, enc.max_doc_length, enc.max_chunks) for r in records]
 
 
 def build_trainer(cfg: DictConfig, run_dir: Path, callbacks: list | None = None):
@@ -68,7 +69,7 @@ def _eval(cfg: DictConfig, model: D2LModel) -> dict[str, Any]:
 
     _, held_out = d2l_records(cfg.data)
     algo = cfg.algo
-    return evaluate_model(model, held_out, algo.max_length, algo.encoder.max_doc_length, algo.max_new_tokens,
+    return evaluate_model(model, held_out, algo.max_length, algo.max_new_tokens,
                           algo.eval_batch_size)
 
 

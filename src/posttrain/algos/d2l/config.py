@@ -26,7 +26,11 @@ class D2LEncoderConfig:
     early_exit_layer: Optional[int] = None
     # true: the trimmed frozen copy shares the base's (frozen) tensors — no extra memory; false: a deep copy.
     share_weights: bool = True
+    # Tokens per chunk the encoder reads at once. A longer document is split into chunks, one generated LoRA per
+    # chunk, concatenated along the rank; past max_chunks chunks it is cut (max_chunks=1: truncate to
+    # max_doc_length). The in-context teacher and baseline read exactly the same (cut) document.
     max_doc_length: int = 256
+    max_chunks: int = 4
 
 
 @dataclass
@@ -86,6 +90,7 @@ def validate_d2l(cfg: DictConfig) -> None:
     for key, value in (("rank", algo.rank), ("aggregator.num_blocks", agg.num_blocks),
                        ("aggregator.latent_size", agg.latent_size), ("aggregator.num_heads", agg.num_heads),
                        ("max_length", algo.max_length), ("encoder.max_doc_length", algo.encoder.max_doc_length),
+                       ("encoder.max_chunks", algo.encoder.max_chunks),
                        ("alpha", algo.alpha), ("eval_batch_size", algo.eval_batch_size)):
         if value <= 0:
             raise ConfigError(f"algo.{key}={value} must be > 0")
