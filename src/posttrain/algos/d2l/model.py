@@ -106,12 +106,12 @@ class D2LModel(nn.Module):
 
     def tokenize_docs(self, docs: Sequence[str]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """(chunk ids, chunk mask, chunk -> document) for `docs`, read as in training (`featurize`)."""
-        from posttrain.data.d2l import visible_document
+        from posttrain.data.d2l import chunks_of, visible_document
 
         chunks, doc = [], []
         for i, d in enumerate(docs):
             ids = visible_document(d, self.tokenizer, self.max_doc_length, self.max_chunks)[0]
-            parts = [ids[j:j + self.max_doc_length] for j in range(0, len(ids), self.max_doc_length)] or [[]]
+            parts = chunks_of(ids, self.max_doc_length) or [[]]
             chunks += parts
             doc += [i] * len(parts)
         width = max(len(x) for x in chunks)

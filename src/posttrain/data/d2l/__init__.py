@@ -14,8 +14,8 @@ from posttrain.data.d2l.squad import load_squad
 from posttrain.data.d2l.synthetic import ATTRIBUTES, synthetic_documents, synthetic_qa
 from posttrain.errors import DataError
 
-__all__ = ["ATTRIBUTES", "d2l_records", "featurize", "in_context_prompt", "load_squad", "synthetic_documents",
-           "synthetic_qa", "visible_document"]
+__all__ = ["ATTRIBUTES", "chunks_of", "d2l_records", "featurize", "in_context_prompt", "load_squad",
+           "synthetic_documents", "synthetic_qa", "visible_document"]
 
 
 def _split_by_doc(records: list[dict[str, Any]], num_train: int, num_eval: int) -> tuple[list, list]:
@@ -65,6 +65,11 @@ def visible_document(document: str, tokenizer: Any, max_doc_length: int, max_chu
     return ids[:cap], tokenizer.decode(ids[:cap])
 
 
+def chunks_of(ids: list[int], max_doc_length: int) -> list[list[int]]:
+    """The encoder's chunks of a visible document: consecutive runs of at most `max_doc_length` tokens."""
+    return [ids[i:i + max_doc_length] for i in range(0, len(ids), max_doc_length)]
+
+
 def featurize(record: dict[str, Any], tokenizer: Any, max_length: int, max_doc_length: int,
               max_chunks: int = 1) -> dict[str, Any]:
     """Token ids for one record: the visible document `ctx_ids` and its `ctx_chunks` (of at most `max_doc_length`
@@ -89,6 +94,5 @@ def featurize(record: dict[str, Any], tokenizer: Any, max_length: int, max_doc_l
     if n_s != n_t:
         raise DataError(f"answer of {record['question']!r} truncated differently with and without the document "
                         f"({n_s} vs {n_t} tokens): raise algo.max_length")
-    chunks = [ctx[i:i + max_doc_length] for i in range(0, len(ctx), max_doc_length)]
-    return {"ctx_ids": ctx, "ctx_chunks": chunks, "input_ids": student["input_ids"], "labels": student["labels"],
+    return {"ctx_ids": ctx, "ctx_chunks": chunks_of(ctx, max_doc_length), "input_ids": student["input_ids"], "labels": student["labels"],
             "t_input_ids": teacher["input_ids"], "t_labels": teacher["labels"]}
