@@ -78,13 +78,16 @@ def test_train_histogram_holds_train_rewards_only_and_eval_gets_its_own(tmp_path
 
 
 def test_every_registered_reward_declares_its_range_and_bound_rewards_carry_it():
-    from posttrain.algos.grpo.reward_hist import total_range
-    from posttrain.rewards import REWARDS, BoundReward, build
+    from omegaconf import OmegaConf
 
-    assert all(getattr(fn, "value_range", None) is not None for fn in REWARDS.values()), \
-        sorted(n for n, fn in REWARDS.items() if getattr(fn, "value_range", None) is None)
-    funcs, weights = build([{"name": "length_to_cap", "weight": 2.0}, {"name": "math", "weight": -0.5}])
-    assert isinstance(funcs[0], BoundReward)
+    from posttrain.algos.grpo.reward_hist import total_range
+    from posttrain.algos.grpo.rewards import reward_functions
+    from posttrain.rewards import RANGES, REWARDS
+
+    assert set(RANGES) == set(REWARDS)
+    specs = [{"name": "length_to_cap", "weight": 2.0}, {"name": "math", "weight": -0.5}]
+    funcs, weights = reward_functions(OmegaConf.create({"name": "x", "rewards": specs}))  # what the trainer gets
+    assert [f.value_range for f in funcs] == [(0.0, 1.0), (0.0, 1.0)]
     assert total_range(funcs, weights) == (-0.5, 2.0)
 
 
@@ -96,7 +99,7 @@ def test_unknown_range_falls_back_to_the_windows_observed_values():
 
     assert total_range([plain], [1.0]) is None
     h = RewardHistogram(value_range=None)
-    h.add([{}] * 3, [-1.0, 4.0, 1.5])
+    h.add([["all"]] * 3, [-1.0, 4.0, 1.5])
     assert h.flush() == {"reward_hist/all/-1-0": 1, "reward_hist/all/0-1": 0, "reward_hist/all/1-2": 1,
                          "reward_hist/all/2-3": 0, "reward_hist/all/3-4": 1}
     assert bin_edges((0.0, 0.0)) == (0.0, 0.0)
