@@ -12,6 +12,7 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf, open_dict
 
 from posttrain.callbacks import JsonlMetricsCallback, read_metrics
+from posttrain.callbacks.console import finish_run, use_console
 from posttrain.checkpoints import check_run_identity, identity, resolve_resume
 from posttrain.config.validate import ConfigError, validate
 from posttrain.launch import export_submitit_env, is_main_process, world_size
@@ -82,6 +83,7 @@ def train(cfg: DictConfig, run_dir: Path, callbacks: list | None = None, resume:
     metrics_path = run_dir / "metrics.jsonl"
     start = time.time()
     trainer = module.build_trainer(cfg, run_dir, callbacks=[JsonlMetricsCallback(metrics_path), *(callbacks or [])])
+    use_console(trainer, getattr(module, "CONSOLE", None))  # one bar + compact lines instead of HF's printed dicts
     trainer.train(resume_from_checkpoint=resume)
     if not is_main_process():  # metrics and summary are rank 0's
         return {}
@@ -126,5 +128,7 @@ def run(cfg: DictConfig) -> float | None:
     if not main_process:
         return None
     (run_dir / "summary.json").write_text(json.dumps(summary, indent=2))
+    if cfg.mode == "train":  # summary table on the terminal, curves in <run_dir>/plots/
+        finish_run(run_dir, summary, getattr(algo_module(cfg.algo.name), "CONSOLE", None))
     print(json.dumps({"run_dir": str(run_dir), **{k: v for k, v in summary.items() if not isinstance(v, dict)}}))
     return objective(cfg, summary)

@@ -15,6 +15,13 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
+# what the terminal shows (posttrain.callbacks.console): bar postfix and compact line, end table, plots/ files
+CONSOLE = {
+    "show": {"loss": "loss", "nce": "nce", "lm_loss": "lm", "nce_acc": "nce_acc"},
+    "trend": ("loss", "nce", "lm_loss", "nce_acc"),
+    "plots": {"loss.png": ("loss", "nce", "lm_loss", "nce_acc")},
+}
+
 __all__ = ['BATCH_MULTIPLIER', 'ContrastiveAlgoConfig', 'build_model', 'build_trainer', 'evaluate', 'summarize']
 
 

@@ -13,6 +13,13 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
+# what the terminal shows (posttrain.callbacks.console): bar postfix and compact line, end table, plots/ files
+CONSOLE = {
+    "show": {"loss": "loss", "ce_loss": "ce", "kl_loss": "kl", "gen_lora_l1_norm": "|lora|"},
+    "trend": ("loss", "ce_loss", "kl_loss"),
+    "plots": {"loss.png": ("loss", "ce_loss", "kl_loss")},
+}
+
 __all__ = ['D2LAlgoConfig', 'D2LModel', 'GeneratedLoRA', 'build_model', 'build_trainer', 'evaluate', 'load_d2l', 'summarize']
 
 

@@ -15,6 +15,13 @@ from posttrain.training_args import common_training_kwargs
 
 __all__ = ["build_trainer", "evaluate", "grpo_args"]
 
+# what the terminal shows (posttrain.callbacks.console): bar postfix and compact line, end table, plots/ files
+CONSOLE = {
+    "show": {"reward": "reward", "kl": "kl", "completions/mean_length": "len", "step_time": "s/step"},
+    "trend": ("reward", "kl"),
+    "plots": {"reward.png": ("reward", "kl", "completions/mean_length")},
+}
+
 
 def grpo_args(cfg: DictConfig, run_dir: Path, reward_weights: list[float] | None = None) -> GRPOConfig:
     """`GRPOConfig` from the `trainer`, `hw` and `algo` groups."""
