@@ -92,6 +92,16 @@ def _damaged_run(case: Path) -> None:
     f.write_bytes(f.read_bytes()[:-64])
 
 
+def _not_utf8(case: Path) -> None:
+    rows = _prompts(4).encode().splitlines()
+    rows[1] = '{"prompt": "caf\u00e9 au lait"}'.encode("latin-1")  # a Latin-1 export, not UTF-8
+    (case / "data.jsonl").write_bytes(b"\n".join(rows) + b"\n")
+
+
+def _rows(case: Path, *rows: object) -> None:
+    _write(case / "data.jsonl", "".join(json.dumps(r) + "\n" for r in rows))
+
+
 GRPO_ID = {"model": "tiny_llama", "algo": "grpo", "data": "length"}
 CONTRASTIVE_ID = {"model": "tiny_llama", "algo": "contrastive", "data": "contrastive_injection"}
 
@@ -123,6 +133,10 @@ CASES: list[Case] = [
     Case("d2l_layer_depth", "per_layer_processing reads past the encoder (d2l)",
          ("algo.per_layer_processing=true", "algo.encoder.early_exit_layer=1"),
          r"per_layer_processing=true reads layer 1.*early_exit_layer=1", base=D2L),
+    Case("lr_inf", "infinite learning rate", ("trainer.lr=inf",), r"trainer\.lr=inf must be a finite number",
+         writes_nothing=True),
+    Case("beta_nan", "NaN KL coefficient", ("algo.beta=nan",), r"algo\.beta=nan must be a finite number",
+         writes_nothing=True),
     Case("mxfp4_bnb", "MXFP4 GPT-OSS + bitsandbytes", ("model=gpt_oss", "model.quantization=bnb4"),
          r"bnb4 on GPT-OSS.*never combined with a bitsandbytes"),
     Case("mxfp4_llama", "MXFP4 on a non-GPT-OSS model", ("model.quantization=mxfp4",), r"mxfp4 is only for GPT-OSS"),
@@ -130,14 +144,23 @@ CASES: list[Case] = [
          r"fit|GiB"),
     # -- data ------------------------------------------------------------------------------------------------------
     Case("missing_dataset", "missing dataset file", ("data.source=jsonl", "data.path={case}/nope.jsonl"),
-         r"dataset file not found: .*nope\.jsonl"),
+         r"dataset file not found: .*nope\.jsonl", writes_nothing=True),
     Case("malformed_jsonl", "malformed JSONL line", ("data.source=jsonl", "data.path={case}/data.jsonl"),
-         r"data\.jsonl:3:\d+: malformed JSON \(Unterminated string\)", setup=_malformed),
+         r"data\.jsonl:3:\d+: malformed JSON \(Unterminated string\)", setup=_malformed, writes_nothing=True),
     Case("jsonl_missing_key", "JSONL row without a prompt", ("data.source=jsonl", "data.path={case}/data.jsonl"),
          r"data\.jsonl:1: missing key\(s\) prompt",
          setup=lambda c: _write(c / "data.jsonl", json.dumps({"question": "hi"}) + "\n")),
     Case("empty_dataset", "empty dataset file", ("data.source=jsonl", "data.path={case}/data.jsonl"),
-         r"dataset file is empty", setup=lambda c: _write(c / "data.jsonl", "\n")),
+         r"dataset file is empty", setup=lambda c: _write(c / "data.jsonl", "\n"), writes_nothing=True),
+    Case("not_utf8", "data file that is not UTF-8 text", ("data.source=jsonl", "data.path={case}/data.jsonl"),
+         r"data\.jsonl:2:\d+: not UTF-8 text \(byte 0xe9\)", setup=_not_utf8, writes_nothing=True),
+    Case("prompt_not_string", "JSONL prompt that is neither text nor chat messages",
+         ("data.source=jsonl", "data.path={case}/data.jsonl"),
+         r"data\.jsonl:2: prompt must be a string or a list of chat messages .*got a number",
+         setup=lambda c: _rows(c, {"prompt": "count to 3"}, {"prompt": 3}), writes_nothing=True),
+    Case("empty_prompt", "empty prompt string", ("data.source=jsonl", "data.path={case}/data.jsonl"),
+         r"data\.jsonl:2: prompt is empty", setup=lambda c: _rows(c, {"prompt": "count to 3"}, {"prompt": "  "}),
+         writes_nothing=True),
     Case("empty_generator", "data set with zero rows", ("data.num_train=0",), r"is empty"),
     Case("unknown_generator", "unknown data generator", ("data.name=nope",), r"data\.name='nope' has no generator"),
     Case("prompt_too_long", "prompts longer than the context", ("algo.max_prompt_length=8",),
@@ -170,6 +193,9 @@ CASES: list[Case] = [
          r"already holds checkpoints: pass resume=auto", setup=lambda c: _previous_run(c, GRPO_ID, with_ckpt=True)),
     Case("run_dir_has_metrics", "run dir of a run killed before its first checkpoint, no resume=auto", (),
          r"already holds a run's metrics\.jsonl: pass resume=auto", setup=lambda c: _previous_run(c, GRPO_ID)),
+    Case("run_dir_not_creatable", "run dir that cannot be created (a file is in the way)", (),
+         r"hydra\.run\.dir=.*/run: cannot create the run directory \(.*/run is a file\)",
+         setup=lambda c: _write(c / "run", "not a directory\n"), writes_nothing=True),
     Case("damaged_identity", "run dir whose run_identity.json is damaged", (),
          r"run_identity\.json is damaged", setup=lambda c: _write(c / "run" / "run_identity.json", "{not json")),
     # -- training guards ------------------------------------------------------------------------------------------
@@ -205,7 +231,7 @@ def record(r: Result, work: Path) -> dict:
     """What the table shows of one subprocess result (work-dir paths written as <work>)."""
     lines = [ln.replace(str(work), "<work>") for ln in r.lines]
     return {"id": r.case.id, "problem": r.case.problem, "args": _display_args(r.case), "exit": r.rc,
-            "stderr": lines, "changed": r.changed, "problems": r.problems(), "seconds": r.seconds,
+            "stderr": lines, "changed": r.changed, "created": r.created, "problems": r.problems(), "seconds": r.seconds,
             "mode": "subprocess"}
 
 

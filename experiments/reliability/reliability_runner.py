@@ -46,6 +46,7 @@ class Case:
     base: tuple[str, ...] = FAST
     plugin: bool = False  # needs the broken rewards in plugin/
     env: dict[str, str] = field(default_factory=dict)
+    writes_nothing: bool = False  # refused before Hydra creates the run dir: no new file under the case dir either
 
 
 # -- running ----------------------------------------------------------------------------------------------------
@@ -57,6 +58,7 @@ class Result:
     stdout: str
     changed: list[str]
     seconds: float
+    created: list[str] = field(default_factory=list)  # files under the case dir that were not there before
 
     @property
     def lines(self) -> list[str]:
@@ -78,6 +80,8 @@ class Result:
             out.append(f"message does not match {self.case.expect!r}")
         if self.changed:
             out.append(f"changed on disk: {self.changed}")
+        if self.case.writes_nothing and self.created:
+            out.append(f"wrote {self.created}")
         return out
 
 
@@ -182,6 +186,7 @@ def run_case(case: Case, work: Path, inprocess: bool = False) -> Result:
     rc, out, err = (run_cli_inprocess if inprocess else _run_subprocess)(command(case, case_dir), _env(case))
     after = {f"{d.name}/{k}": v for d in watched for k, v in _snapshot(d).items()}
     changed = sorted(k for k, v in before.items() if after.get(k) != v)
-    return Result(case, rc, err, out, changed, round(time.time() - start, 1))
+    created = sorted(k for k in after if k not in before)
+    return Result(case, rc, err, out, changed, round(time.time() - start, 1), created)
 
 

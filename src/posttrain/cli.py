@@ -12,6 +12,7 @@ from posttrain.config.compose import load_config
 from posttrain.config.registry import register
 from posttrain.dist import is_main_process, rank_overrides
 from posttrain.errors import UserError
+from posttrain.inputs import check_inputs
 from posttrain.paths import CONF_DIR
 
 
@@ -23,6 +24,7 @@ def _precheck(argv: list[str]) -> None:
     try:
         cfg = load_config(overrides, hf_names=False)  # run() checks HF names: no torch import here
         run_dir = next((a.split("=", 1)[1] for a in reversed(argv) if a.startswith("hydra.run.dir=")), None)
+        check_inputs(cfg, run_dir, overrides)  # run dir creatable, local data file readable: before Hydra writes
         # before Hydra writes .hydra/ into a dir that may hold another run (rank 0 only: ranks > 0 write nothing)
         if run_dir and cfg.mode == "train" and is_main_process():
             from pathlib import Path

@@ -1,4 +1,5 @@
-"""Which process this is in a multi-process run: rank, world size, the main process, SLURM/submitit tasks.
+"""Which process this is in a multi-process run: rank, world size, the main process, SLURM/submitit tasks, and
+the device a process computes on.
 
 One run is one run directory, whatever the number of processes. Its name comes from `hydra.run.dir` in
 conf/config.yaml, stamped with `POSTTRAIN_RUN_STAMP` when that is set: `python -m posttrain.launch` sets it
@@ -11,7 +12,7 @@ from __future__ import annotations
 
 import os
 from datetime import datetime
-from typing import Sequence
+from typing import Any, Sequence
 
 RUN_STAMP_ENV = "POSTTRAIN_RUN_STAMP"
 RUN_STAMP_FORMAT = "%Y-%m-%d/%H-%M-%S"  # the `${now:...}` format of conf/config.yaml's hydra.run.dir
@@ -28,6 +29,14 @@ def world_size() -> int:
 
 def is_main_process() -> bool:
     return rank() == 0
+
+
+def device_for(cfg: Any) -> Any:
+    """The device training would use for `cfg.hw` (accelerate's: `cuda:<local rank>`, an XLA device, or the CPU
+    for `hw.device=cpu`, the same rule as HF `TrainingArguments(use_cpu=...)`): where evaluation puts a model."""
+    from accelerate import PartialState
+
+    return PartialState(cpu=cfg.hw.device == "cpu").device
 
 
 def run_stamp(when: datetime | None = None) -> str:

@@ -16,6 +16,7 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 from posttrain.algos.base import Algorithm
 from posttrain.algos.registry import get_algorithm
 from posttrain.callbacks import JsonlMetricsCallback, read_metrics, summary_stats
+from posttrain.callbacks.console import ConsoleSpec, finish_run, use_console
 from posttrain.checkpoints import check_run_identity, eval_checkpoint, identity, resolve_resume
 from posttrain.config.validate import ConfigError, validate
 from posttrain.dist import export_submitit_env, is_main_process, world_size
@@ -63,6 +64,7 @@ def train(cfg: DictConfig, run_dir: Path, callbacks: list | None = None, resume:
     metrics_path = run_dir / "metrics.jsonl"
     start = time.time()
     trainer = algorithm.build_trainer(cfg, run_dir, [JsonlMetricsCallback(metrics_path), *(callbacks or [])])
+    use_console(trainer, algorithm.console)  # one bar + compact lines instead of HF's printed dicts
     trainer.train(resume_from_checkpoint=resume)
     if not is_main_process():  # metrics and summary are rank 0's
         return {}
@@ -76,7 +78,7 @@ def _summary(algorithm: Algorithm, metrics: list[dict[str, Any]], runtime: float
     summary: dict[str, Any] = {"algo": algorithm.name, "runtime_s": round(runtime, 2), "logged_steps": len(metrics)}
     if metrics:
         summary["final_step"] = metrics[-1]["step"]
-    summary.update(summary_stats(metrics, algorithm.summary_keys))
+    summary.update(summary_stats(metrics, ConsoleSpec.of(algorithm.console).trend))
     summary["objective"] = summary.get(algorithm.objective)
     return summary
 
@@ -116,5 +118,7 @@ def run(cfg: DictConfig) -> float | None:
     if not main_process:
         return None
     (run_dir / "summary.json").write_text(json.dumps(summary, indent=2))
+    if cfg.mode == "train":  # summary table on the terminal, curves in <run_dir>/plots/
+        finish_run(run_dir, summary, algorithm.console)
     print(json.dumps({"run_dir": str(run_dir), **{k: v for k, v in summary.items() if not isinstance(v, dict)}}))
     return objective(cfg, summary)

@@ -6,7 +6,6 @@ import pytest
 
 from posttrain.config.compose import load_config
 from posttrain.config.validate import ConfigError
-from tests.conftest import ROOT
 
 BASE = ["algo=d2l", "data=d2l_synth"]
 
@@ -36,6 +35,7 @@ def test_d2l_composes_with_derived_queries():
         (["algo.ce_coef=0"], "nothing to train"),
         (["data=length"], "data=d2l_synth"),
         (["algo.encoder.early_exit_layer=9", "algo.per_layer_processing=false"], "early_exit_layer=9"),
+        (["algo.encoder.max_chunks=0"], "algo.encoder.max_chunks"),
     ],
 )
 def test_bad_shapes_fail_at_compose(overrides, needle):
@@ -45,16 +45,34 @@ def test_bad_shapes_fail_at_compose(overrides, needle):
     assert needle in str(err.value) and "\n" not in str(err.value)
 
 
+@pytest.mark.parametrize(
+    "overrides, needle",
+    [
+        (["model=tiny_gpt_oss", "algo.target_modules=[q_proj,gate_up_proj]"], "gate_up_proj is a MoE expert weight"),
+        (["model=tiny_gpt_oss", "algo.target_modules=[mlp.experts.down_proj]"], "MoE expert weight"),
+        (["model=tiny_gpt_oss", "algo.target_modules=[experts]"], "MoE expert weight"),
+        (["model=gpt_oss", "algo.target_modules=[down_proj]"], "down_proj is a MoE expert weight"),  # no 20B load
+        (["model=gpt_oss", "model.lora.experts=true"], "model.lora.experts=true"),
+    ],
+)
+def test_experts_as_d2l_targets_fail_at_compose(overrides, needle):
+    with pytest.raises(ConfigError) as err:
+        load_config(BASE + overrides)
+    assert needle in str(err.value) and "\n" not in str(err.value)
+
+
+def test_dense_mlp_projections_stay_valid_targets():
+    cfg = load_config(BASE + ["algo.target_modules=[q_proj,down_proj]"])  # Llama's MLP: nn.Linear layers
+    assert list(cfg.algo.target_modules) == ["q_proj", "down_proj"]
+
+
 def test_early_exit_is_allowed_without_per_layer_processing():
     cfg = load_config(BASE + ["algo.encoder.early_exit_layer=1", "algo.per_layer_processing=false"])
     assert cfg.algo.encoder.early_exit_layer == 1
 
 
-_DATA_BEFORE_ALGO = (ROOT / "conf" / "config.yaml").read_text().find("- data:") < \
-    (ROOT / "conf" / "config.yaml").read_text().find("- algo:")
-
-
-@pytest.mark.skipif(not _DATA_BEFORE_ALGO, reason="conf/config.yaml lists `algo` before `data`: Hydra resolves "
-                    "`data` first, so algo=d2l cannot pick its default data (pass data=d2l_synth)")
 def test_algo_d2l_defaults_to_synthetic_documents():
+    # conf/algo/d2l.yaml sets the default data through the global package; that only wins when conf/config.yaml
+    # lists `data` before `algo` in its defaults (Hydra applies them in order)
     assert load_config(["algo=d2l"]).data.name == "d2l_synth"
+    assert load_config(["algo=d2l", "data=d2l_squad"]).data.name == "d2l_squad"  # an explicit data= still wins

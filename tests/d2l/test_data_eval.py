@@ -109,3 +109,39 @@ def test_teacher_topk_is_cached(tmp_path, d2l_cfg, d2l_model):
     assert attach_teacher(model, again, k=4, temperature=1.0, cache_dir=tmp_path, key_parts={"x": 1}) == path
     assert all(torch.equal(a["t_logp"], b) for a, b in zip(again, first))
     del cfg
+
+
+def test_teacher_cache_is_keyed_by_the_chat_template_and_tokenizer(d2l_cfg, tmp_path, monkeypatch):
+    """Same config, edited chat template (or tokenizer): the teacher reads other tokens, so the cache must miss."""
+    from posttrain.algos.d2l import api
+    from posttrain.algos.d2l.teacher import teacher_topk
+
+    build = api.build_model
+    edit: dict = {}
+
+    def build_edited(cfg):
+        model = build(cfg)
+        if "template" in edit:
+            model.tokenizer.chat_template = edit["template"] + model.tokenizer.chat_template
+        if "tokens" in edit:
+            model.tokenizer.add_tokens(edit["tokens"])
+        return model
+
+    monkeypatch.setattr(api, "build_model", build_edited)
+    cfg = d2l_cfg("algo.kl_coef=0.5", "algo.kl_top_k=4", "data.num_train=3", "trainer.max_steps=1")
+    caches = tmp_path / "cache"
+
+    def attached():
+        trainer = api.build_trainer(cfg, tmp_path)
+        rows = trainer.train_dataset.rows
+        fresh = teacher_topk(trainer.model, rows, 4)
+        assert all(torch.equal(r["t_logp"], lp) for r, (_, lp) in zip(rows, fresh)), "stale teacher cache"
+        return {p.name for p in caches.iterdir()}
+
+    first = attached()
+    assert len(first) == 1 and attached() == first  # unchanged: a hit
+    edit["template"] = "Answer from the document.\n"
+    second = attached()
+    assert len(second) == 2  # the edited template is a miss (and its numbers are its own, checked above)
+    edit["tokens"] = ["<|doc|>"]  # a changed vocabulary (here: the inputs happen to tokenize the same)
+    assert len(attached()) == 3

@@ -64,14 +64,25 @@ def test_tiny_gpt_oss_runs(tmp_path):
 
 
 @pytest.mark.slow
-def test_held_out_d2l_loss_beats_no_context(tmp_path):
-    """A CPU-budget run: on held-out documents the generated LoRA lowers the answer loss below no-context."""
+def test_held_out_d2l_beats_no_context_and_the_other_document(tmp_path):
+    """A CPU-budget run (about a minute) that must show a *document-specific* LoRA on held-out documents.
+
+    Beating no-context is not enough: a document-independent answer prior (answer format, end-of-turn token) does
+    that too. The generated LoRA must also beat the LoRA generated from another held-out document. The budget
+    fits the simplest synthetic task: one attribute (the city) per document, so every answer is one of 8 cities
+    that only the document names, and the frozen random base has `initializer_range=0.1` (a head that can be
+    steered; experiments/d2l_tiny: run B). Measured (answer loss, nats/token, seed 0): no context 5.96, D2L 2.38,
+    other document 4.13 (other - D2L: 1.45 and 2.65 with seeds 1 and 2). The former version of this test (300
+    steps of the default task: 2 attributes, init 0.02) gave D2L 5.32 and other document 5.39: a prior only.
+    """
     run = tmp_path / "run"
-    proc = run_train(*COMMON, "model=tiny_llama", "trainer.max_steps=300", "trainer.lr=2e-3",
-                     "trainer.logging_steps=25", "data.num_train=2000", "data.num_eval=32", "algo.max_new_tokens=6",
+    proc = run_train(*COMMON, "model=tiny_llama", "model.arch.initializer_range=0.1", "trainer.max_steps=250",
+                     "trainer.lr=3e-3", "trainer.logging_steps=25", "data.num_train=2000", "data.num_eval=32",
+                     "data.params.num_attributes=1", "+data.params.attributes=[city]", "algo.max_new_tokens=4",
                      f"hydra.run.dir={run}")
     assert proc.returncode == 0, proc.stderr[-3000:]
     result = json.loads((run / "eval.json").read_text())
-    d2l, none, ctx = (result[c]["answer_loss"] for c in ("d2l", "no_context", "in_context"))
-    assert d2l < none - 0.2, result
-    print(f"held-out answer loss: d2l {d2l:.3f}  no context {none:.3f}  in context {ctx:.3f}  gap to in-context {d2l - ctx:+.3f}")
+    d2l, other, none, ctx = (result[c]["answer_loss"] for c in ("d2l", "d2l_other_doc", "no_context", "in_context"))
+    print(f"held-out answer loss: d2l {d2l:.3f}  other doc {other:.3f}  no context {none:.3f}  in context {ctx:.3f}")
+    assert d2l < none - 1.0, result
+    assert d2l < other - 0.5, result  # document-specific, not only a prior

@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import pytest
 import torch
-from transformers import GptOssForCausalLM, LlamaForCausalLM, Mxfp4Config
+from omegaconf import open_dict
+from transformers import BitsAndBytesConfig, GptOssForCausalLM, LlamaForCausalLM, Mxfp4Config
 
+from posttrain.config.validate import ConfigError
 from posttrain.models import hf_config, load, load_kwargs
+from posttrain.models.loader import torch_dtype
 from posttrain.models.tokenizer import SPECIAL_TOKENS
 
 
@@ -40,7 +44,24 @@ def test_gpt_oss_load_kwargs_dequantize_mxfp4_eager_no_cache(compose):
     assert isinstance(kw["quantization_config"], Mxfp4Config) and kw["quantization_config"].dequantize
     assert kw["attn_implementation"] == "eager" and kw["use_cache"] is False
     assert kw["dtype"] == torch.bfloat16
-    assert "BitsAndBytes" not in type(kw["quantization_config"]).__name__
+
+
+def test_gpt_oss_refuses_bitsandbytes_at_compose_and_load(compose):
+    # MXFP4 checkpoints are dequantized to bf16, never combined with a bitsandbytes config: refused in one line
+    # before any model loads, and again by load_kwargs for a config that skipped validation
+    with pytest.raises(ConfigError, match="bitsandbytes") as err:
+        compose("model=gpt_oss", "model.quantization=bnb4")
+    assert "\n" not in str(err.value)
+    cfg = compose("model=gpt_oss", "hw=cpu")
+    with open_dict(cfg):
+        cfg.model.quantization = "bnb4"
+    with pytest.raises(ConfigError, match="bitsandbytes"):
+        load_kwargs(cfg.model, cfg.hw)
+    # other families may use it: NF4 weights, compute in the load dtype
+    cfg = compose("model=llama3_2_1b", "model.quantization=bnb4")
+    q = load_kwargs(cfg.model, cfg.hw)["quantization_config"]
+    assert isinstance(q, BitsAndBytesConfig) and q.load_in_4bit and q.bnb_4bit_quant_type == "nf4"
+    assert q.bnb_4bit_compute_dtype == torch_dtype(cfg.model, cfg.hw)
 
 
 def test_llama_load_kwargs_use_sdpa(compose):

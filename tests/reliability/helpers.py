@@ -73,17 +73,3 @@ def metrics(run_dir: Path) -> list[dict]:
 
 def trainer_state(ckpt: Path) -> dict:
     return json.loads((ckpt / "trainer_state.json").read_text())
-
-
-def algo_ready(algo: str) -> str | None:
-    """None when `algo` can be trained here (its trainer writes atomic checkpoints); a broken package raises."""
-    import importlib
-
-    from posttrain.algos.registry import get_algorithm
-    from posttrain.checkpoints import AtomicCheckpointMixin
-
-    package = type(get_algorithm(algo)).__module__
-    trainer_mod = importlib.import_module(f"{package}.trainer")
-    trainers = [v for v in vars(trainer_mod).values() if isinstance(v, type) and v.__module__ == trainer_mod.__name__]
-    assert any(issubclass(t, AtomicCheckpointMixin) for t in trainers), f"{package}.trainer: no atomic checkpoints"
-    return None

@@ -62,7 +62,8 @@ def test_a_bug_still_shows_its_traceback(work, monkeypatch):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("case_id", ["unknown_group_choice", "missing_dataset", "reward_raises"])
+@pytest.mark.parametrize("case_id", ["unknown_group_choice", "missing_dataset", "not_utf8", "run_dir_not_creatable",
+                                     "reward_raises"])
 def test_real_subprocess_stderr_is_exactly_one_line(case_id, work):
     """In a fresh `python train.py` every library warning and logger reaches stderr: still one line."""
     case = next(c for c in cases.CASES if c.id == case_id)

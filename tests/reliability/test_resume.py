@@ -12,15 +12,17 @@ import math
 import pytest
 import torch
 
-from tests.reliability.helpers import algo_ready, compose, leg, metrics, optimizer_state, tensors, trainer_state
+from tests.reliability.helpers import compose, leg, metrics, optimizer_state, tensors, trainer_state
 
 N = 2
 SCHEDULE = (f"trainer.max_steps={2 * N}", f"trainer.save_steps={N}", "trainer.lr_scheduler=linear",
             "trainer.warmup_steps=0")
 # logged values that measure the machine, not the training
 _TIMING = ("runtime", "per_second", "time", "flos")
-# (algo, grad_accum): GRPO both ways, the others with accumulation
-CASES = [("grpo", 1), ("grpo", 2), ("contrastive", 2), ("d2l", 2)]
+# (algo, grad_accum, extra overrides): GRPO both ways and with adaptive beta (its beta must survive the resume),
+# the others with accumulation
+ADAPTIVE_BETA = ("algo.kl.target=0.01",)
+CASES = [("grpo", 1, ()), ("grpo", 2, ()), ("grpo", 2, ADAPTIVE_BETA), ("contrastive", 2, ()), ("d2l", 2, ())]
 
 
 def _comparable(record: dict) -> dict:
@@ -42,12 +44,10 @@ def _one_thread():
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize(("algo", "grad_accum"), CASES, ids=[f"{a}-ga{g}" for a, g in CASES])
-def test_straight_equals_interrupted_plus_resume(algo, grad_accum, tmp_path, capsys):
-    reason = algo_ready(algo)
-    if reason:
-        pytest.skip(reason)
-    over = (*SCHEDULE, f"trainer.grad_accum={grad_accum}")
+@pytest.mark.parametrize(("algo", "grad_accum", "extra"), CASES,
+                         ids=[f"{a}-ga{g}" + ("-adaptive-beta" if e else "") for a, g, e in CASES])
+def test_straight_equals_interrupted_plus_resume(algo, grad_accum, extra, tmp_path, capsys):
+    over = (*SCHEDULE, f"trainer.grad_accum={grad_accum}", *extra)
     straight, resumed = tmp_path / "straight", tmp_path / "resumed"
 
     leg(compose(algo, straight, *over))
@@ -91,3 +91,6 @@ def test_straight_equals_interrupted_plus_resume(algo, grad_accum, tmp_path, cap
     lrs = [m["learning_rate"] for m in ma]
     assert all(x > y for x, y in zip(lrs, lrs[1:])), lrs  # a decaying schedule: a wrong one would show
     assert all(math.isfinite(m["loss"]) for m in ma)
+    if extra == ADAPTIVE_BETA:  # the controller moved beta at every step, so a beta reset on resume would show
+        betas = [m["beta"] for m in ma]
+        assert all(a != b for a, b in zip(betas, betas[1:])), betas

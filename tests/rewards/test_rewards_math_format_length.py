@@ -42,6 +42,49 @@ def test_is_correct_rejects_wrong(response, answer):
     assert is_correct(response, answer) is False
 
 
+# Gold answers as MATH-style data sets write them: bare LaTeX, no math delimiters. (gold, prediction, expected)
+BARE_LATEX_GOLD = [
+    (r"2\pi", r"The circumference is \boxed{2\pi}.", True),
+    (r"2\pi", r"\boxed{2}", False),  # the leading number alone is not the answer
+    (r"2\pi", r"\boxed{\pi}", False),
+    (r"\frac{1}{2}", r"\boxed{\frac{1}{2}}", True),
+    (r"\frac{1}{2}", r"\boxed{0.5}", True),
+    (r"\frac{1}{2}", r"\boxed{\frac{1}{3}}", False),
+    (r"\frac{1}{2}\pi", r"\boxed{\frac{\pi}{2}}", True),
+    (r"\frac{1}{2}\pi", r"\boxed{\frac{1}{2}}", False),
+    (r"\sqrt{2}", r"so $x = \boxed{\sqrt{2}}$", True),
+    (r"\sqrt{2}", r"\boxed{2}", False),
+    (r"3\sqrt{3}", r"\boxed{3\sqrt{3}}", True),
+    (r"3\sqrt{3}", r"\boxed{3}", False),
+    (r"\dfrac{14}{3}", r"\boxed{\frac{14}{3}}", True),
+    (r"2\frac{1}{2}", r"\boxed{\frac{5}{2}}", True),  # mixed number
+    (r"2\frac{1}{2}", r"\boxed{\frac{1}{2}}", False),
+    (r"(3, \frac{\pi}{2})", r"\boxed{\left( 3, \frac{\pi}{2} \right)}", True),
+    (r"(3, \frac{\pi}{2})", r"\boxed{(3, \pi)}", False),
+    (r"x^2+1", r"\boxed{1 + x^2}", True),
+    (r"x^2+1", r"\boxed{x^2 - 1}", False),
+    (r"[0,1)", r"\boxed{[0,1)}", True),
+    (r"[0,1)", r"\boxed{[0,1]}", False),
+    (r"90^\circ", r"\boxed{90^\circ}", True),
+    (r"90^\circ", r"\boxed{45^\circ}", False),
+    (r"\infty", r"\boxed{\infty}", True),
+    (r"\text{Evelyn}", r"\boxed{\text{Evelyn}}", True),
+    (r"\text{Evelyn}", r"\boxed{\text{Carla}}", False),
+    (r"-\frac{3}{4}", r"\boxed{-0.75}", True),
+    (r"-\frac{3}{4}", r"\boxed{\frac{3}{4}}", False),
+    # already delimited or plain golds keep working
+    (r"$\frac{1}{2}$", r"\boxed{0.5}", True),
+    (r"\boxed{5}", r"\boxed{5}", True),
+    ("1,000", r"\boxed{1000}", True),
+    ("12", r"\boxed{13}", False),
+]
+
+
+@pytest.mark.parametrize("gold,prediction,expected", BARE_LATEX_GOLD)
+def test_is_correct_bare_latex_gold(gold, prediction, expected):
+    assert is_correct(prediction, gold) is expected
+
+
 def test_is_correct_prefers_boxed():
     assert is_correct(r"\boxed{4}, although 5 came up earlier", "4") is True
     assert is_correct(r"\boxed{4}, although 5 came up earlier", "5") is False

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -106,6 +107,7 @@ def test_two_process_accelerate_matches_one_process(tmp_path):
     assert json.loads((two / "summary.json").read_text())["world_size"] == 2
     assert json.loads((one / "summary.json").read_text())["world_size"] == 1
     assert p2.stdout.count('"run_dir"') == 1  # only rank 0 reports
+    assert len(re.findall(r"step \d/2  reward", p2.stdout)) == 2 and p2.stdout.count("summary (grpo)") == 1
     # the two ranks print concurrently, so their lines can interleave: scan for the objects, not by line
     decoder, ranks, i = json.JSONDecoder(), [], p2.stdout.find('{"rank"')
     while i != -1:

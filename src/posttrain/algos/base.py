@@ -25,7 +25,7 @@ from __future__ import annotations
 import abc
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, Mapping
 
 from omegaconf import DictConfig
 
@@ -63,8 +63,9 @@ class Algorithm(abc.ABC):
 
     name: ClassVar[str]
     schema: ClassVar[type]
-    # metrics.jsonl keys whose first-5 / last-5 means go into summary.json; the first is the run's objective
-    summary_keys: ClassVar[tuple[str, ...]] = ("loss",)
+    # what a run shows (posttrain.callbacks.console.ConsoleSpec): `show` metric -> label (progress bar and a line per
+    # logging step), `trend` (first-5 / last-5 means in summary.json and the end table), `plots` (plots/<file>)
+    console: ClassVar[Mapping[str, Any]] = {}
     objective: ClassVar[str] = "loss_last5_mean"  # what sweeps optimise by default (a summary.json key)
 
     def validate(self, cfg: DictConfig) -> None:  # noqa: B027 - optional hook

@@ -3,18 +3,19 @@
     fig = plot_curves(df, ["reward", "kl"])          # one panel per metric, one line per sweep member
     fig = plot_objective(load_summaries(path), "algo.beta", hue="seed")
     save_figure(fig, "figures/reward_kl.png")
+    write_run_plots(run_dir, {"reward.png": ("reward", "kl")})   # what a training run leaves in <run>/plots/
 """
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Iterable, Sequence
+from typing import Iterable, Mapping, Sequence
 
 import matplotlib.pyplot as plt
 import pandas as pd
 from matplotlib.ticker import MaxNLocator
 
-from posttrain.analysis.runs import label
+from posttrain.analysis.runs import label, load_runs
 
 
 _STYLES = ("-", "--", "-.", ":")
@@ -35,8 +36,9 @@ def plot_curves(
     by: Sequence[str] | None = None,
     window: int = 1,
     ncols: int = 2,
+    legend: bool = True,
 ) -> plt.Figure:
-    """One panel per metric, one line per run, labelled by the swept overrides (or `by`)."""
+    """One panel per metric, one line per run, labelled by the swept overrides (or `by`); `legend=False` for one run."""
     names = [metrics] if isinstance(metrics, str) else list(metrics)
     cols = _by(df, by)
     ncols = max(1, min(ncols, len(names)))
@@ -55,7 +57,7 @@ def plot_curves(
         ax.set_xlabel("step")
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))
         ax.grid(alpha=0.3)
-        if drawn:
+        if drawn and legend:
             ax.legend(fontsize=7)
     for ax in list(axes.flat)[len(names):]:
         ax.set_visible(False)
@@ -96,10 +98,28 @@ def plot_bars(table: pd.DataFrame, x: str, ys: Sequence[str], title: str = "") -
     return fig
 
 
-def save_figure(fig: plt.Figure, path: str | Path, dpi: int = 110) -> Path:
-    """Write `fig` as PNG (parents created) and close it; returns the path."""
+def save_figure(fig: plt.Figure, path: str | Path, dpi: int = 110, tight: bool = True) -> Path:
+    """Write `fig` as PNG (parents created) and close it; returns the path. `tight=False` keeps the figure size
+    (figsize x dpi pixels) instead of cropping to the drawn content."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=dpi, bbox_inches="tight")
+    fig.savefig(path, dpi=dpi, bbox_inches="tight" if tight else None)
     plt.close(fig)
     return path
+
+
+RUN_PLOT_DPI = 100  # plots/<file>.png of a run: 550 x 360 pixels per panel, panels side by side
+
+
+def write_run_plots(run_dir: str | Path, plots: Mapping[str, Sequence[str]]) -> list[Path]:
+    """`<run_dir>/plots/<file>` for each `{file: metrics}`: one panel per metric that metrics.jsonl logged, side by
+    side (files whose metrics were never logged are skipped). Returns the paths written."""
+    run_dir = Path(run_dir)
+    df = load_runs(run_dir)
+    written = []
+    for name, metrics in plots.items():
+        logged = [m for m in metrics if m in df and df[m].notna().any()]
+        if logged:
+            fig = plot_curves(df, logged, by=[], ncols=len(logged), legend=False)
+            written.append(save_figure(fig, run_dir / "plots" / name, dpi=RUN_PLOT_DPI, tight=False))
+    return written

@@ -66,6 +66,9 @@ def validate(cfg: DictConfig, hf_names: bool = True) -> None:
     `hf_names=False` skips the scheduler/optimizer name check, which imports transformers (and so torch): the CLI's
     pre-check stays fast and `posttrain.run.run` checks them before anything loads.
     """
+    from posttrain.config.finite import check_finite
+
+    check_finite(cfg)  # nan/inf in any numeric field of any group, before the rules below compare numbers
     check_choices(cfg, _CHOICES)
     check_positive(cfg, ("trainer.max_steps", "trainer.per_device_batch_size", "trainer.grad_accum", "trainer.lr"))
     check_positive(cfg, ("trainer.save_steps", "trainer.weight_decay", "trainer.warmup_steps"), strict=False)

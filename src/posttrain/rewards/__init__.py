@@ -19,6 +19,9 @@ name                 score                                                  need
 
 ``build(specs)`` turns config entries ``{name, weight, kwargs}`` into the
 ``reward_funcs`` and ``reward_weights`` GRPOTrainer/GRPOConfig take.
+
+``RANGES`` holds the values each registered reward can take (all built-ins score in [0, 1]); a built
+reward carries its range as ``value_range`` (None when not declared), which the GRPO reward histograms bin over.
 """
 
 from __future__ import annotations
@@ -32,7 +35,7 @@ from posttrain.rewards.ifeval import ifeval_loose, ifeval_strict
 from posttrain.rewards.length import length_to_cap
 from posttrain.rewards.math import math_reward
 
-__all__ = ["REWARDS", "BoundReward", "RewardFunc", "build", "get", "register", "weighted_sum"]
+__all__ = ["RANGES", "REWARDS", "BoundReward", "RewardFunc", "build", "get", "register", "weighted_sum"]
 
 RewardFunc = Callable[..., list[float]]
 
@@ -46,16 +49,24 @@ REWARDS: dict[str, RewardFunc] = {
     "length_to_cap": length_to_cap,
 }
 
+# [lowest, highest] value of each registered reward
+RANGES: dict[str, tuple[float, float]] = {name: (0.0, 1.0) for name in REWARDS}
+
 _TRL_ARGS = {"prompts", "completions", "completion_ids"}
 
 
-def register(name: str, fn: RewardFunc | None = None):
-    """Add a reward to the registry (usable as a decorator)."""
+def register(name: str, fn: RewardFunc | None = None, *, value_range: tuple[float, float] | None = None):
+    """Add a reward to the registry (usable as a decorator), with the [lowest, highest] value it can return."""
 
     def deco(f: RewardFunc) -> RewardFunc:
         if name in REWARDS and REWARDS[name] is not f:
             raise ValueError(f"reward {name!r} already registered")
         REWARDS[name] = f
+        if value_range is not None:
+            lo, hi = (float(x) for x in value_range)
+            if not lo <= hi:
+                raise ValueError(f"reward {name!r}: value_range {value_range} is not [lowest, highest]")
+            RANGES[name] = (lo, hi)
         return f
 
     return deco(fn) if fn is not None else deco
@@ -77,8 +88,10 @@ def _options(fn: RewardFunc) -> set[str]:
 class BoundReward:
     """A registered reward with its config options bound; named for TRL's logs, picklable."""
 
-    def __init__(self, fn: RewardFunc, kwargs: Mapping[str, Any], name: str):
+    def __init__(self, fn: RewardFunc, kwargs: Mapping[str, Any], name: str,
+                 value_range: tuple[float, float] | None = None):
         self.fn, self.kwargs = fn, dict(kwargs)
+        self.value_range = value_range
         self.__name__ = self.__qualname__ = name  # TRL logs rewards/<__name__>
         self.__doc__ = fn.__doc__
 
@@ -93,7 +106,7 @@ def _bind(name: str, fn: RewardFunc, kwargs: Mapping[str, Any], alias: str) -> B
     unknown = set(kwargs) - _options(fn)
     if unknown:
         raise TypeError(f"reward {name!r}: unknown kwargs {sorted(unknown)}; it takes {sorted(_options(fn))}")
-    return BoundReward(fn, kwargs, alias)
+    return BoundReward(fn, kwargs, alias, RANGES.get(name))
 
 
 def build(specs: Sequence[Mapping[str, Any]]) -> tuple[list[RewardFunc], list[float]]:

@@ -3,7 +3,9 @@
 ``is_correct(response, answer)`` parses both with math-verify (LaTeX incl. ``\\boxed{}``,
 fractions, plain expressions/numbers) and compares them symbolically, so ``\\frac{1}{2}``
 matches ``0.5`` and ``\\boxed{12}`` matches ``12.0``. The response's *answer* is what
-math-verify extracts: a boxed answer first, otherwise the last expression in the text.
+math-verify extracts: a boxed answer first, otherwise the last expression in the text. The
+reference answer is one answer, written as MATH-style data sets write it (bare LaTeX such as
+``2\\pi``, with or without ``$`` delimiters) or as a plain number/expression.
 
 ``math_reward`` scores 1.0/0.0 per completion against the dataset's ``answer`` column. By
 default it scores only the final answer part when the completion has reasoning markup
@@ -37,12 +39,18 @@ def _configs():
 
 @functools.lru_cache(maxsize=4096)
 def _parse_gold(answer: str):
+    """The reference answer as math-verify reads it.
+
+    math-verify extracts LaTeX only from inside a math environment (its README: "the latex must be placed in latex
+    environment to be parsable"; its own MATH tests write gold as ``$\\frac{14}{3}$``). MATH-style data sets write
+    the answer bare (``2\\pi``, ``\\frac{1}{2}``), where expression extraction alone would read just the leading
+    ``2``. So the answer is parsed inside ``$...$``: LaTeX extraction reads all of it, and the expression
+    extractor remains math-verify's fallback when the LaTeX does not parse. Golds that already carry delimiters
+    or ``\\boxed{}`` read the same way inside ``$...$``.
+    """
     from math_verify import parse
 
-    gold = parse(answer, _configs())
-    if not gold:  # bare LaTeX such as "\\sqrt{2}" needs math delimiters to be found
-        gold = parse(f"${answer}$", _configs())
-    return gold
+    return parse(f"${answer}$", _configs())
 
 
 def is_correct(response: str, answer: str | int | float) -> bool:

@@ -26,7 +26,11 @@ VIEWS = 3  # benign, counterfactual, injected: every micro-batch runs all three 
 class Contrastive(Algorithm):
     name = "contrastive"
     schema = ContrastiveAlgoConfig
-    summary_keys = ("loss", "nce", "lm_loss")
+    console = {
+        "show": {"loss": "loss", "nce": "nce", "lm_loss": "lm", "nce_acc": "nce_acc"},
+        "trend": ("loss", "nce", "lm_loss", "nce_acc"),
+        "plots": {"loss.png": ("loss", "nce", "lm_loss", "nce_acc")},
+    }
 
     def validate(self, cfg: DictConfig) -> None:
         validate_contrastive(cfg)

@@ -18,6 +18,7 @@ import torch
 from omegaconf import DictConfig
 
 from posttrain.data.contrastive import build_triplets, user_message
+from posttrain.dist import device_for
 from posttrain.models.generation import generate
 
 
@@ -105,7 +106,6 @@ def evaluate_checkpoint(cfg: DictConfig, checkpoint: Path | None) -> dict[str, A
     model = build_model(cfg)
     if checkpoint is not None:
         load_weights(model, checkpoint, cfg)
-    device = "cuda" if cfg.hw.device == "cuda" and torch.cuda.is_available() else "cpu"
-    metrics = evaluate_model(cfg, model.to(device), model.tokenizer)
+    metrics = evaluate_model(cfg, model.to(device_for(cfg)), model.tokenizer)
     return {"algo": "contrastive", "checkpoint": str(checkpoint) if checkpoint else "init", "eval": metrics,
             **flat(metrics, ""), "objective": metrics["asr_heldout"]}

@@ -26,7 +26,11 @@ _API = ("D2LModel", "GeneratedLoRA", "build_model", "load_d2l")
 class D2L(Algorithm):
     name = "d2l"
     schema = D2LAlgoConfig
-    summary_keys = ("loss", "ce_loss", "kl_loss", "gen_lora_l1_norm", "grad_norm")
+    console = {
+        "show": {"loss": "loss", "ce_loss": "ce", "kl_loss": "kl", "gen_lora_l1_norm": "|lora|"},
+        "trend": ("loss", "ce_loss", "kl_loss", "gen_lora_l1_norm", "grad_norm"),
+        "plots": {"loss.png": ("loss", "ce_loss", "kl_loss")},
+    }
 
     def validate(self, cfg: DictConfig) -> None:
         validate_d2l(cfg)
@@ -40,8 +44,9 @@ class D2L(Algorithm):
         doc = int(algo.encoder.max_doc_length)
         return Workload(
             seqs=batch, seq_len=int(algo.max_length), logit_tokens=int(algo.max_length),
-            note=f"{batch} queries + {batch} documents ({doc} tokens) through the context encoder",
-            train_mode="frozen", encoder_copy=not algo.encoder.share_weights, encoder_seqs=batch, encoder_len=doc,
+            note=f"{batch} queries + {batch} documents (<= {algo.encoder.max_chunks} x {doc} tokens) through the encoder",
+            train_mode="frozen", encoder_copy=not algo.encoder.share_weights,
+            encoder_seqs=batch * int(algo.encoder.max_chunks), encoder_len=doc,  # worst case: every document chunked
             extra_trainable=hypernet_parameter_count(cfg),
         )
 

@@ -12,6 +12,7 @@ from posttrain.algos.d2l.config import D2LAlgoConfig
 from posttrain.algos.d2l.lora import GeneratedLoRA
 from posttrain.algos.d2l.model import D2LModel, build_model
 from posttrain.checkpoints import complete_checkpoints
+from posttrain.dist import device_for
 from posttrain.errors import CheckpointError
 
 __all__ = ["D2LAlgoConfig", "D2LModel", "GeneratedLoRA", "build_model", "build_trainer", "evaluate", "load_d2l",
@@ -21,7 +22,8 @@ __all__ = ["D2LAlgoConfig", "D2LModel", "GeneratedLoRA", "build_model", "build_t
 def _featurized(cfg: DictConfig, model: D2LModel, records: list[dict[str, Any]]) -> list[dict[str, Any]]:
     from posttrain.data.d2l import featurize
 
-    return [featurize(r, model.tokenizer, cfg.algo.max_length, cfg.algo.encoder.max_doc_length) for r in records]
+    enc = cfg.algo.encoder
+    return [featurize(r, model.tokenizer, cfg.algo.max_length, enc.max_doc_length, enc.max_chunks) for r in records]
 
 
 def build_trainer(cfg: DictConfig, run_dir: Path, callbacks: list | None = None):
@@ -37,12 +39,12 @@ def build_trainer(cfg: DictConfig, run_dir: Path, callbacks: list | None = None)
     model = build_model(cfg)
     train_records, _ = d2l_records(cfg.data)
     rows = _featurized(cfg, model, train_records)
-    if algo.kl_coef > 0:
-        from posttrain.algos.d2l.teacher import attach_teacher
-
-        key = {"model": OmegaConf.to_container(cfg.model, resolve=True), "data": OmegaConf.to_container(cfg.data),
-               "seed": cfg.seed, "max_length": algo.max_length, "max_doc_length": algo.encoder.max_doc_length}
-        attach_teacher(model, rows, algo.kl_top_k, algo.kl_temperature, Path(run_dir) / "cache", key)
+    teacher = None
+    if algo.kl_coef > 0:  # computed by the trainer once it has placed the model
+        # the weights' identity; the teacher's inputs, tokenizer and template are hashed from the rows themselves
+        key = {"model": OmegaConf.to_container(cfg.model, resolve=True), "seed": cfg.seed}
+        teacher = {"k": algo.kl_top_k, "temperature": algo.kl_temperature, "cache_dir": Path(run_dir) / "cache",
+                   "key_parts": key}
     args = TrainingArguments(**common_training_kwargs(cfg, run_dir), remove_unused_columns=False)
     return D2LTrainer(
         model=model,
@@ -51,6 +53,7 @@ def build_trainer(cfg: DictConfig, run_dir: Path, callbacks: list | None = None)
         data_collator=D2LCollator(model.tokenizer.pad_token_id, teacher=algo.kl_coef > 0),
         callbacks=callbacks,
         ce_coef=algo.ce_coef, kl_coef=algo.kl_coef, l1_coef=algo.l1_coef, kl_temperature=algo.kl_temperature,
+        teacher=teacher,
     )
 
 
@@ -60,7 +63,7 @@ def _eval(cfg: DictConfig, model: D2LModel) -> dict[str, Any]:
 
     _, held_out = d2l_records(cfg.data)
     algo = cfg.algo
-    return evaluate_model(model, held_out, algo.max_length, algo.encoder.max_doc_length, algo.max_new_tokens,
+    return evaluate_model(model, held_out, algo.max_length, algo.max_new_tokens,
                           algo.eval_batch_size)
 
 
@@ -98,15 +101,16 @@ def find_checkpoint(path: str | Path) -> Path:
 
 
 def load_d2l(cfg: DictConfig, checkpoint: str | Path) -> D2LModel:
-    """Python API: the D2L model for `cfg` with the hypernet of `checkpoint` (a checkpoint, run or checkpoints dir)."""
-    model = build_model(cfg)
+    """Python API: the D2L model for `cfg` with the hypernet of `checkpoint` (a checkpoint, run or checkpoints dir),
+    on the device `cfg.hw` names."""
+    model = build_model(cfg).to(device_for(cfg))
     model.load_hypernet(find_checkpoint(checkpoint))
     return model
 
 
 def evaluate(cfg: DictConfig, run_dir: Path, checkpoint: Path | None) -> dict[str, Any]:
     """`mode=eval`: held-out table for `checkpoint` (None: the untrained hypernet, whose LoRA is zero)."""
-    model = load_d2l(cfg, checkpoint) if checkpoint is not None else build_model(cfg)
+    model = load_d2l(cfg, checkpoint) if checkpoint is not None else build_model(cfg).to(device_for(cfg))
     result = _eval(cfg, model)
     (Path(run_dir) / "eval.json").write_text(json.dumps(result, indent=2))
     return {"algo": "d2l", "mode": "eval", **_flat_eval(result), "eval": result}

@@ -1,5 +1,6 @@
-"""Dataset of featurized D2L examples and the collator (right padding; teacher top-k rows concatenated in the
-row-major order of the answer positions, which is the order `answer_logits` selects them in)."""
+"""Dataset of featurized D2L examples and the collator (right padding; a document's chunks are rows of `ctx_ids`
+with `ctx_doc` naming their example; teacher top-k rows concatenated in the row-major order of the answer
+positions, which is the order `answer_logits` selects them in)."""
 
 from __future__ import annotations
 
@@ -36,9 +37,12 @@ class D2LCollator:
         self.pad_id, self.teacher = pad_id, teacher
 
     def __call__(self, rows: list[dict[str, Any]]) -> dict[str, torch.Tensor]:
+        chunks = [r.get("ctx_chunks") or [r["ctx_ids"]] for r in rows]
+        flat = [c for doc in chunks for c in doc]
         batch = {
-            "ctx_ids": _pad([r["ctx_ids"] for r in rows], self.pad_id),
-            "ctx_mask": _mask([r["ctx_ids"] for r in rows]),
+            "ctx_ids": _pad(flat, self.pad_id),
+            "ctx_mask": _mask(flat),
+            "ctx_doc": torch.tensor([i for i, doc in enumerate(chunks) for _ in doc], dtype=torch.long),
             "input_ids": _pad([r["input_ids"] for r in rows], self.pad_id),
             "attention_mask": _mask([r["input_ids"] for r in rows]),
             "labels": _pad([r["labels"] for r in rows], IGNORE_INDEX),

@@ -26,7 +26,11 @@ class D2LEncoderConfig:
     early_exit_layer: Optional[int] = None
     # true: the trimmed frozen copy shares the base's (frozen) tensors — no extra memory; false: a deep copy.
     share_weights: bool = True
+    # Tokens per chunk the encoder reads at once. A longer document is split into chunks, one generated LoRA per
+    # chunk, concatenated along the rank; past max_chunks chunks it is cut (max_chunks=1: truncate to
+    # max_doc_length). The in-context teacher and baseline read exactly the same (cut) document.
     max_doc_length: int = 256
+    max_chunks: int = 4
 
 
 @dataclass
@@ -79,12 +83,40 @@ def num_queries(cfg: DictConfig) -> int:
     return len(target_layers(cfg)) * len(algo.target_modules) * (algo.rank if algo.per_rank_gen else 1)
 
 
+def _expert_target(cfg: DictConfig, name: str) -> str | None:
+    """The MoE expert parameter `name` would target (experts are batched `nn.Parameter`s, not linear layers)."""
+    if not (cfg.model.family == "gpt_oss" or cfg.model.arch.get("num_local_experts")):
+        return None
+    experts = [str(p) for p in cfg.model.lora.expert_parameters]
+    for path in experts:
+        if name in (path, path.rsplit(".", 1)[-1]) or path.endswith("." + name):
+            return path
+    if "experts" in name.split("."):
+        return experts[0].rsplit(".", 1)[0] if experts else name
+    return None
+
+
+def _check_targets(cfg: DictConfig) -> None:
+    """Generated LoRA wraps linear layers only: a MoE's experts are refused here, before any weight loads."""
+    if cfg.model.lora.experts:
+        raise ConfigError("model.lora.experts=true with algo=d2l: D2L does not use model.lora (it generates LoRA "
+                          "for the linear layers in algo.target_modules) and cannot target MoE experts")
+    for name in cfg.algo.target_modules:
+        path = _expert_target(cfg, str(name))
+        if path is not None:
+            raise ConfigError(
+                f"algo.target_modules: {name} is a MoE expert weight ({path}: one batched parameter for all experts, "
+                f"not a linear layer); D2L generates LoRA for linear layers only (e.g. q_proj, k_proj, v_proj, o_proj)"
+            )
+
+
 def validate_d2l(cfg: DictConfig) -> None:
     algo, agg = cfg.algo, cfg.algo.aggregator
     n_layers = int(cfg.model.arch.num_hidden_layers)
     for key, value in (("rank", algo.rank), ("aggregator.num_blocks", agg.num_blocks),
                        ("aggregator.latent_size", agg.latent_size), ("aggregator.num_heads", agg.num_heads),
                        ("max_length", algo.max_length), ("encoder.max_doc_length", algo.encoder.max_doc_length),
+                       ("encoder.max_chunks", algo.encoder.max_chunks),
                        ("alpha", algo.alpha), ("eval_batch_size", algo.eval_batch_size)):
         if value <= 0:
             raise ConfigError(f"algo.{key}={value} must be > 0")
@@ -99,6 +131,7 @@ def validate_d2l(cfg: DictConfig) -> None:
         raise ConfigError(f"algo.aggregator.latent_size={agg.latent_size} must be divisible by num_heads={agg.num_heads}")
     if not algo.target_modules:
         raise ConfigError("algo.target_modules is empty: name at least one linear layer (e.g. [q_proj])")
+    _check_targets(cfg)
     layers = target_layers(cfg)
     if not layers or min(layers) < 0 or max(layers) >= n_layers or len(set(layers)) != len(layers):
         raise ConfigError(f"algo.layers={list(layers)} must be distinct layer indices in [0, {n_layers})")

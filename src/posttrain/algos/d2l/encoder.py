@@ -42,8 +42,13 @@ class ContextEncoder(nn.Module):
 
     def __init__(self, lm: PreTrainedModel, depth: int, share_weights: bool = True):
         super().__init__()
-        # A plain attribute, not a submodule: the encoder is frozen and never part of the hypernet's state.
-        self.__dict__["backbone"] = trimmed_backbone(lm, depth, share_weights)
+        backbone = trimmed_backbone(lm, depth, share_weights)
+        if share_weights:
+            # A plain attribute: its tensors are the base model's, which `.to()` / dtype casts reach through it.
+            self.__dict__["backbone"] = backbone
+        else:
+            # Its own tensors: registered so that moving or casting the D2L model moves them too.
+            self.backbone = backbone
         self.depth = depth
 
     @torch.no_grad()

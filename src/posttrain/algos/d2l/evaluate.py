@@ -24,7 +24,7 @@ from posttrain.algos.d2l.batching import D2LCollator, teacher_batch
 from posttrain.algos.d2l.encoder import backbone_of
 from posttrain.algos.d2l.lora import GeneratedLoRA
 from posttrain.data.chat import IGNORE_INDEX
-from posttrain.data.d2l import featurize, in_context_prompt
+from posttrain.data.d2l import featurize, in_context_prompt, visible_document
 
 CONDITIONS = ("no_context", "in_context", "d2l", "d2l_other_doc")
 
@@ -71,16 +71,16 @@ def _docs(records: list[dict[str, Any]]) -> tuple[list[str], list[int]]:
 
 
 @torch.no_grad()
-def internalize_latency_ms(model: Any, docs: list[str], max_doc_length: int, repeats: int = 1) -> float:
+def internalize_latency_ms(model: Any, docs: list[str], repeats: int = 1) -> float:
     """Median wall time of `internalize(doc)` (one document at a time), after one warm-up call."""
-    model.internalize(docs[0], max_length=max_doc_length)
+    model.internalize(docs[0])
     times = []
     for d in docs:
         for _ in range(repeats):
             if model.device.type == "cuda":
                 torch.cuda.synchronize()
             t0 = time.perf_counter()
-            model.internalize(d, max_length=max_doc_length)
+            model.internalize(d)
             if model.device.type == "cuda":
                 torch.cuda.synchronize()
             times.append((time.perf_counter() - t0) * 1000)
@@ -88,18 +88,18 @@ def internalize_latency_ms(model: Any, docs: list[str], max_doc_length: int, rep
 
 
 @torch.no_grad()
-def evaluate_model(model: Any, records: list[dict[str, Any]], max_length: int, max_doc_length: int,
-                   max_new_tokens: int = 12, batch_size: int = 16, generate: bool = True) -> dict[str, Any]:
-    """Metrics per condition over held-out `records` ({document, question, answer})."""
+def evaluate_model(model: Any, records: list[dict[str, Any]], max_length: int, max_new_tokens: int = 12,
+                   batch_size: int = 16, generate: bool = True) -> dict[str, Any]:
+    """Metrics per condition over held-out `records` ({document, question, answer}); documents are read as the
+    model reads them (`model.max_doc_length` tokens per chunk, `model.max_chunks` chunks), in context too."""
     was_training = model.training
     model.train(False)
     tok, device = model.tokenizer, model.device
     docs, doc_index = _docs(records)
     if len(docs) < 2:
         raise ValueError("evaluation needs at least two held-out documents (the other-document control)")
-    loras = [model.internalize(docs[i:i + batch_size], max_length=max_doc_length) for i in range(0, len(docs), batch_size)]
-    all_lora = GeneratedLoRA({k: torch.cat([l.A[k] for l in loras]) for k in loras[0].A},
-                             {k: torch.cat([l.B[k] for l in loras]) for k in loras[0].B})
+    read = {"max_doc_length": model.max_doc_length, "max_chunks": model.max_chunks}
+    all_lora = GeneratedLoRA.cat([model.internalize(docs[i:i + batch_size]) for i in range(0, len(docs), batch_size)])
     other = [(i + 1) % len(docs) for i in range(len(docs))]
     collate = D2LCollator(tok.pad_token_id)
     nll = {c: 0.0 for c in CONDITIONS}
@@ -108,7 +108,7 @@ def evaluate_model(model: Any, records: list[dict[str, Any]], max_length: int, m
     for i in range(0, len(records), batch_size):
         chunk = records[i:i + batch_size]
         idx = doc_index[i:i + batch_size]
-        rows = [featurize(r, tok, max_length, max_doc_length) for r in chunk]
+        rows = [featurize(r, tok, max_length, **read) for r in chunk]
         student = {k: v.to(device) for k, v in collate(rows).items()}
         teacher = {k: v.to(device) for k, v in teacher_batch(rows, tok.pad_token_id).items()}
         mine, theirs = all_lora.select(idx), all_lora.select([other[j] for j in idx])
@@ -120,7 +120,8 @@ def evaluate_model(model: Any, records: list[dict[str, Any]], max_length: int, m
         if generate:
             questions = [r["question"] for r in chunk]
             preds["no_context"] += model.generate(questions, None, max_new_tokens)
-            preds["in_context"] += model.generate([in_context_prompt(r["document"], r["question"]) for r in chunk],
+            seen = [visible_document(r["document"], tok, **read)[1] for r in chunk]
+            preds["in_context"] += model.generate([in_context_prompt(d, r["question"]) for d, r in zip(seen, chunk)],
                                                   None, max_new_tokens)
             preds["d2l"] += model.generate(questions, mine, max_new_tokens)
             preds["d2l_other_doc"] += model.generate(questions, theirs, max_new_tokens)
@@ -132,7 +133,7 @@ def evaluate_model(model: Any, records: list[dict[str, Any]], max_length: int, m
             entry["exact_match"] = sum(normalize(p) == normalize(a) for p, a in zip(preds[cond], answers)) / len(records)
             entry["rouge_l"] = sum(rouge_l(p, a) for p, a in zip(preds[cond], answers)) / len(records)
         result[cond] = entry
-    result["internalize_ms_per_doc"] = internalize_latency_ms(model, docs[: min(len(docs), 32)], max_doc_length)
+    result["internalize_ms_per_doc"] = internalize_latency_ms(model, docs[: min(len(docs), 32)])
     result["examples"] = [{"question": r["question"], "answer": r["answer"], **{c: preds[c][j] for c in CONDITIONS}}
                           for j, r in enumerate(records[:5])] if generate else []
     model.train(was_training)

@@ -1,6 +1,8 @@
 """The trainable hypernetwork: Perceiver aggregator over context-encoder activations -> per-(layer, module[, rank])
 latents -> heads emitting LoRA A `[r, d_in]` and B `[r, d_out]`, with learned per-layer/per-rank scalers
-(B's scaler starts at 0, so the generated update starts at exactly zero) and an optional learned bias LoRA."""
+(B's scaler starts at 0, so the generated update starts at exactly zero) and an optional learned bias LoRA.
+A document read in several chunks gets one LoRA per chunk, concatenated along the rank (its update is the sum of
+the chunks' updates); the bias LoRA is added once per document."""
 
 from __future__ import annotations
 
@@ -104,11 +106,20 @@ class Hypernet(nn.Module):
             z = block(z, ctx, pad)
         return self.out_norm(z).reshape(N, L, -1, spec.latent_size)
 
-    def forward(self, feats: torch.Tensor, mask: torch.Tensor) -> GeneratedLoRA:
+    def forward(self, feats: torch.Tensor, mask: torch.Tensor, doc: torch.Tensor | None = None) -> GeneratedLoRA:
+        """feats/mask of C chunks; `doc[c]`: the document chunk c belongs to (chunks of a document contiguous, in
+        order; None: one chunk per document) -> one LoRA per document."""
         spec = self.spec
         z = self.latents(feats, mask)
-        N, L, M, r = z.shape[0], len(spec.layers), len(spec.modules), spec.rank
-        z = z.reshape(N, L, M, -1, spec.latent_size)  # [N, L, M, r or 1, size]
+        C, L, M, r = z.shape[0], len(spec.layers), len(spec.modules), spec.rank
+        z = z.reshape(C, L, M, -1, spec.latent_size)  # [C, L, M, r or 1, size]
+        N, place, rows = C, None, None
+        if doc is not None and (len(doc) != C or bool((doc != torch.arange(C, device=doc.device)).any())):
+            counts = torch.bincount(doc)
+            first = torch.cumsum(counts, 0) - counts
+            N, width = len(counts), int(counts.max())
+            place = (doc, torch.arange(C, device=doc.device) - first[doc], width)
+            rows = counts * r + spec.bias_lora_rank
         A, B = {}, {}
         for mi, m in enumerate(spec.modules):
             d_in, d_out = spec.dims[m]
@@ -116,14 +127,25 @@ class Hypernet(nn.Module):
             hA, hB = self.head_A[m], self.head_B[m]
             if not spec.per_layer_processing:
                 hA, hB = hA.expand(L, -1, -1), hB.expand(L, -1, -1)
-            a = torch.einsum("nlqs,lso->nlqo", zm, hA).reshape(N, L, r, d_in)
-            b = torch.einsum("nlqs,lso->nlqo", zm, hB).reshape(N, L, r, d_out)
+            a = torch.einsum("nlqs,lso->nlqo", zm, hA).reshape(C, L, r, d_in)
+            b = torch.einsum("nlqs,lso->nlqo", zm, hB).reshape(C, L, r, d_out)
             a = a * self.scale_A[:, mi].unsqueeze(-1)
             b = b * self.scale_B[:, mi].unsqueeze(-1)
+            if place is not None:
+                a, b = _by_document(a, place, N), _by_document(b, place, N)
             if spec.bias_lora_rank:
                 a = torch.cat([a, self.bias_A[m].unsqueeze(0).expand(N, -1, -1, -1)], dim=2)
                 b = torch.cat([b, self.bias_B[m].unsqueeze(0).expand(N, -1, -1, -1)], dim=2)
             for li, layer in enumerate(spec.layers):
                 path = spec.paths[f"{layer}.{m}"]
                 A[path], B[path] = a[:, li], b[:, li]
-        return GeneratedLoRA(A, B)
+        return GeneratedLoRA(A, B, rows)
+
+
+def _by_document(x: torch.Tensor, place: tuple[torch.Tensor, torch.Tensor, int], n_docs: int) -> torch.Tensor:
+    """Chunk LoRAs `[C, L, r, d]` -> document LoRAs `[N, L, width * r, d]`: chunk j of a document fills rank rows
+    `j*r:(j+1)*r`, rows of chunks a document does not have stay zero."""
+    doc, slot, width = place
+    C, L, r, d = x.shape
+    out = x.new_zeros(n_docs, width, L, r, d).index_put((doc, slot), x)
+    return out.permute(0, 2, 1, 3, 4).reshape(n_docs, L, width * r, d)

@@ -16,19 +16,40 @@ from torch import nn
 
 @dataclass
 class GeneratedLoRA:
-    """Per-sample LoRA weights: `A[name]` is `[N, r, d_in]`, `B[name]` is `[N, r, d_out]` (N documents)."""
+    """Per-sample LoRA weights: `A[name]` is `[N, r, d_in]`, `B[name]` is `[N, r, d_out]` (N documents).
+
+    Documents of several chunks have several chunks' rank rows; in a batch, documents with fewer rows are padded
+    with zero rows (no update). `rows[n]`: document n's real rank rows (None: all `r`).
+    """
 
     A: dict[str, torch.Tensor]
     B: dict[str, torch.Tensor]
+    rows: torch.Tensor | None = None
 
     def __len__(self) -> int:
         return next(iter(self.A.values())).shape[0]
 
     def select(self, index: torch.Tensor | list[int]) -> "GeneratedLoRA":
-        return GeneratedLoRA({k: v[index] for k, v in self.A.items()}, {k: v[index] for k, v in self.B.items()})
+        rows = None if self.rows is None else self.rows[torch.as_tensor(index, device=self.rows.device)]
+        return GeneratedLoRA({k: v[index] for k, v in self.A.items()}, {k: v[index] for k, v in self.B.items()}, rows)
 
     def detach(self) -> "GeneratedLoRA":
-        return GeneratedLoRA({k: v.detach() for k, v in self.A.items()}, {k: v.detach() for k, v in self.B.items()})
+        return GeneratedLoRA({k: v.detach() for k, v in self.A.items()}, {k: v.detach() for k, v in self.B.items()},
+                             self.rows)
+
+    @staticmethod
+    def cat(loras: list["GeneratedLoRA"]) -> "GeneratedLoRA":
+        """One batch of the documents of `loras`, zero rank rows padding each to the largest rank."""
+        width = max(next(iter(lo.A.values())).shape[1] for lo in loras)
+
+        def pad(v: torch.Tensor) -> torch.Tensor:
+            return torch.nn.functional.pad(v, (0, 0, 0, width - v.shape[1]))
+
+        rows = [lo.rows if lo.rows is not None else torch.full((len(lo),), next(iter(lo.A.values())).shape[1])
+                for lo in loras]
+        return GeneratedLoRA({k: torch.cat([pad(lo.A[k]) for lo in loras]) for k in loras[0].A},
+                             {k: torch.cat([pad(lo.B[k]) for lo in loras]) for k in loras[0].B},
+                             torch.cat([r.to(rows[0].device) for r in rows]))
 
     def tensors(self) -> dict[str, torch.Tensor]:
         """Flat dict (for safetensors): `<module>.lora_A` / `<module>.lora_B`."""
@@ -37,10 +58,13 @@ class GeneratedLoRA:
         return out
 
     def l1(self) -> torch.Tensor:
-        """Mean absolute entry over all generated A and B."""
-        total = sum(v.abs().sum() for v in (*self.A.values(), *self.B.values()))
-        count = sum(v.numel() for v in (*self.A.values(), *self.B.values()))
-        return total / count
+        """Mean absolute entry over all generated A and B (padding rows excluded)."""
+        mats = (*self.A.values(), *self.B.values())
+        total = sum(v.abs().sum() for v in mats)
+        if self.rows is None:
+            return total / sum(v.numel() for v in mats)
+        n_rows = int(self.rows.sum())
+        return total / sum(n_rows * v.shape[-1] for v in mats)
 
 
 class D2LLinear(nn.Module):

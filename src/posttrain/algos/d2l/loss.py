@@ -13,7 +13,8 @@ from posttrain.data.chat import IGNORE_INDEX, check_labels
 
 def answer_logits(model: Any, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor, Any]:
     """(fp32 logits at the positions predicting answer tokens [n, V], their targets [n], the generated LoRA)."""
-    hidden, lora = model(batch["ctx_ids"], batch["ctx_mask"], batch["input_ids"], batch["attention_mask"])
+    hidden, lora = model(batch["ctx_ids"], batch["ctx_mask"], batch["input_ids"], batch["attention_mask"],
+                         ctx_doc=batch.get("ctx_doc"))
     labels = batch["labels"][:, 1:]
     check_labels(labels)
     sel = labels != IGNORE_INDEX

@@ -28,8 +28,11 @@ class D2LModel(nn.Module):
     The base LM is registered (so `.to()` moves it) but `hypernet_state_dict()` is what checkpoints hold.
     """
 
-    def __init__(self, base: nn.Module, tokenizer: Any, spec: HypernetSpec, share_encoder_weights: bool = True):
+    def __init__(self, base: nn.Module, tokenizer: Any, spec: HypernetSpec, share_encoder_weights: bool = True,
+                 max_doc_length: int = 256, max_chunks: int = 1):
         super().__init__()
+        # how `internalize` reads a document: chunks of max_doc_length tokens, at most max_chunks (the rest is cut)
+        self.max_doc_length, self.max_chunks = max_doc_length, max_chunks
         base.requires_grad_(False)
         base.eval()
         self.base = base
@@ -85,32 +88,43 @@ class D2LModel(nn.Module):
         """Apply `lora` (one per batch row, or one per packed segment with `token_index[b, t]`) until `reset()`."""
         set_lora(self.wrappers, lora, token_index)
 
-    def lora_from_ids(self, ctx_ids: torch.Tensor, ctx_mask: torch.Tensor) -> GeneratedLoRA:
+    def lora_from_ids(self, ctx_ids: torch.Tensor, ctx_mask: torch.Tensor,
+                      ctx_doc: torch.Tensor | None = None) -> GeneratedLoRA:
+        """One LoRA per document from document chunks (rows of `ctx_ids`; `ctx_doc[c]`: chunk c's document)."""
         self.reset()  # the encoder shares the base's layers: encode with no LoRA applied
         feats = self.encoder(ctx_ids, ctx_mask)
-        return self.hypernet(feats, ctx_mask)
+        return self.hypernet(feats, ctx_mask, ctx_doc)
 
     def forward(self, ctx_ids: torch.Tensor, ctx_mask: torch.Tensor, input_ids: torch.Tensor,
-                attention_mask: torch.Tensor, token_index: torch.Tensor | None = None) -> tuple[torch.Tensor, GeneratedLoRA]:
+                attention_mask: torch.Tensor, token_index: torch.Tensor | None = None,
+                ctx_doc: torch.Tensor | None = None) -> tuple[torch.Tensor, GeneratedLoRA]:
         """Final hidden states of the base with each row's generated LoRA applied, and the LoRA itself."""
-        lora = self.lora_from_ids(ctx_ids, ctx_mask)
+        lora = self.lora_from_ids(ctx_ids, ctx_mask, ctx_doc)
         self.apply(lora, token_index)
         out = backbone_of(self.base)(input_ids=input_ids, attention_mask=attention_mask, use_cache=False)
         return out.last_hidden_state, lora
 
-    def tokenize_docs(self, docs: Sequence[str], max_length: int = 4096) -> tuple[torch.Tensor, torch.Tensor]:
-        ids = [self.tokenizer(d, add_special_tokens=False)["input_ids"][:max_length] for d in docs]
-        width = max(len(x) for x in ids)
+    def tokenize_docs(self, docs: Sequence[str]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """(chunk ids, chunk mask, chunk -> document) for `docs`, read as in training (`featurize`)."""
+        from posttrain.data.d2l import chunks_of, visible_document
+
+        chunks, doc = [], []
+        for i, d in enumerate(docs):
+            ids = visible_document(d, self.tokenizer, self.max_doc_length, self.max_chunks)[0]
+            parts = chunks_of(ids, self.max_doc_length) or [[]]
+            chunks += parts
+            doc += [i] * len(parts)
+        width = max(len(x) for x in chunks)
         pad = self.tokenizer.pad_token_id
-        tensor = torch.tensor([x + [pad] * (width - len(x)) for x in ids], device=self.device)
-        mask = torch.tensor([[1] * len(x) + [0] * (width - len(x)) for x in ids], device=self.device)
-        return tensor, mask
+        tensor = torch.tensor([x + [pad] * (width - len(x)) for x in chunks], device=self.device)
+        mask = torch.tensor([[1] * len(x) + [0] * (width - len(x)) for x in chunks], device=self.device)
+        return tensor, mask, torch.tensor(doc, device=self.device)
 
     @torch.no_grad()
-    def internalize(self, doc: str | Sequence[str], max_length: int = 4096) -> GeneratedLoRA:
+    def internalize(self, doc: str | Sequence[str]) -> GeneratedLoRA:
         """The LoRA for a document (or one per document of a list), detached."""
         docs = [doc] if isinstance(doc, str) else list(doc)
-        return self.lora_from_ids(*self.tokenize_docs(docs, max_length)).detach()
+        return self.lora_from_ids(*self.tokenize_docs(docs)).detach()
 
     @torch.no_grad()
     def generate(self, prompt: str | Sequence[str], lora: GeneratedLoRA | None = None, max_new_tokens: int = 32,
@@ -177,7 +191,9 @@ def build_model(cfg: DictConfig) -> D2LModel:
     spec = hypernet_spec(cfg, base)
     with torch.random.fork_rng():
         torch.manual_seed(cfg.seed)
-        model = D2LModel(base, tokenizer, spec, share_encoder_weights=cfg.algo.encoder.share_weights)
+        enc = cfg.algo.encoder
+        model = D2LModel(base, tokenizer, spec, share_encoder_weights=enc.share_weights,
+                         max_doc_length=enc.max_doc_length, max_chunks=enc.max_chunks)
     return model
 
 

@@ -6,6 +6,9 @@
 2. `_save` / `_load_from_checkpoint`: a checkpoint's model part is the hypernet only (`hypernet.safetensors` +
    `hypernet_config.json`); optimizer, scheduler and RNG state are HF's own files, so `resume=auto` works.
    Checkpoints are written atomically (`posttrain.checkpoints.AtomicCheckpointMixin`).
+3. `__init__`: with `teacher=` (kl_coef > 0), the in-context teacher's top-k cache is attached to the training
+   rows *after* HF has placed the model (`Trainer.__init__` moves it to `args.device`), so the teacher computes
+   on the device and in the dtype that training uses; the main process computes and saves it, the others load it.
 """
 
 from __future__ import annotations
@@ -22,9 +25,14 @@ from posttrain.guards import check_finite_loss
 
 class D2LTrainer(LossTermsMixin, AtomicCheckpointMixin, Trainer):
     def __init__(self, *args: Any, ce_coef: float = 1.0, kl_coef: float = 0.0, l1_coef: float = 0.0,
-                 kl_temperature: float = 1.0, **kwargs: Any):
+                 kl_temperature: float = 1.0, teacher: dict[str, Any] | None = None, **kwargs: Any):
         super().__init__(*args, **kwargs)
         self.coefs = {"ce_coef": ce_coef, "kl_coef": kl_coef, "l1_coef": l1_coef, "kl_temperature": kl_temperature}
+        if teacher is not None:  # `attach_teacher` keyword arguments (k, temperature, cache_dir, key_parts)
+            from posttrain.algos.d2l.teacher import attach_teacher
+
+            with self.args.main_process_first(local=False, desc="teacher top-k cache"):
+                attach_teacher(self.model, self.train_dataset.rows, **teacher)
 
     def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
         loss, stats = d2l_loss(model, inputs, **self.coefs)

@@ -17,11 +17,14 @@ from omegaconf import DictConfig, open_dict
 from posttrain.algos.base import Algorithm, Workload
 from posttrain.algos.grpo.config import GRPOAlgoConfig, validate_grpo
 
-
 class GRPO(Algorithm):
     name = "grpo"
     schema = GRPOAlgoConfig
-    summary_keys = ("reward", "loss", "kl")
+    console = {
+        "show": {"reward": "reward", "kl": "kl", "completions/mean_length": "len", "step_time": "s/step"},
+        "trend": ("reward", "kl", "loss"),
+        "plots": {"reward.png": ("reward", "kl", "completions/mean_length")},
+    }
     objective = "reward_last5_mean"
 
     def validate(self, cfg: DictConfig) -> None:

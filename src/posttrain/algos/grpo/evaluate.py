@@ -15,6 +15,7 @@ from omegaconf import DictConfig, open_dict
 
 from posttrain.algos.grpo.rewards import reward_functions
 from posttrain.data.grpo import build_grpo_dataset
+from posttrain.dist import device_for
 from posttrain.models.generation import generate
 
 HELD_OUT_SEED = 10_000
@@ -75,6 +76,7 @@ def evaluate(cfg: DictConfig, checkpoint: Path | None) -> dict[str, Any]:
     model, tokenizer = load(cfg)
     if checkpoint is not None:
         load_trained_weights(model, checkpoint)
+    model.to(device_for(cfg))
     n = cfg.data.num_eval or 32
     summary: dict[str, Any] = {"algo": "grpo", "mode": "eval", "checkpoint": str(checkpoint) if checkpoint else None,
                                "eval_prompts": n}

@@ -25,6 +25,7 @@ def _guard(fn: Callable) -> Callable:
             raise TrainingError(f"reward {name!r} returned {got} values for {len(completions)} completions")
         return out
 
+    guarded.value_range = getattr(fn, "value_range", None)  # what the reward histograms bin over
     return guarded
 
 

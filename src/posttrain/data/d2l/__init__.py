@@ -1,6 +1,7 @@
 """D2L data: (document, question, answer) records — offline synthetic documents or SQuAD-style sets — and their
-tokenization into the three views D2L needs: the document alone (context encoder), the question alone (student,
-labels on the answer) and document + question (in-context teacher and baseline)."""
+tokenization into the three views D2L needs: the document alone (context encoder, in chunks), the question alone
+(student, labels on the answer) and document + question (in-context teacher and baseline), where both document
+views hold exactly the same, possibly cut, document."""
 
 from __future__ import annotations
 
@@ -13,7 +14,8 @@ from posttrain.data.d2l.squad import load_squad
 from posttrain.data.d2l.synthetic import ATTRIBUTES, synthetic_documents, synthetic_qa
 from posttrain.errors import DataError
 
-__all__ = ["ATTRIBUTES", "d2l_records", "featurize", "load_squad", "synthetic_documents", "synthetic_qa"]
+__all__ = ["ATTRIBUTES", "chunks_of", "d2l_records", "featurize", "in_context_prompt", "load_squad",
+           "synthetic_documents", "synthetic_qa", "visible_document"]
 
 
 def _split_by_doc(records: list[dict[str, Any]], num_train: int, num_eval: int) -> tuple[list, list]:
@@ -49,15 +51,39 @@ def in_context_prompt(document: str, question: str) -> str:
     return f"{document}\n\n{question}"
 
 
-def featurize(record: dict[str, Any], tokenizer: Any, max_length: int, max_doc_length: int) -> dict[str, Any]:
-    """Token ids for one record: `ctx_ids` (document), student `input_ids/labels`, teacher `t_input_ids/t_labels`."""
-    ctx = tokenizer(record["document"], add_special_tokens=False)["input_ids"][:max_doc_length]
+def visible_document(document: str, tokenizer: Any, max_doc_length: int, max_chunks: int = 1) -> tuple[list[int], str]:
+    """What D2L reads of `document`: its first `max_doc_length * max_chunks` tokens, and the same tokens as text.
+
+    The hypernet reads the ids (in chunks of `max_doc_length`); the in-context teacher and baseline read the text,
+    so both see the same document (a cut inside a multi-byte character or a merge may retokenize differently at
+    the very end of the cut text).
+    """
+    ids = tokenizer(document, add_special_tokens=False)["input_ids"]
+    cap = max_doc_length * max_chunks
+    if len(ids) <= cap:
+        return ids, document
+    return ids[:cap], tokenizer.decode(ids[:cap])
+
+
+def chunks_of(ids: list[int], max_doc_length: int) -> list[list[int]]:
+    """The encoder's chunks of a visible document: consecutive runs of at most `max_doc_length` tokens."""
+    return [ids[i:i + max_doc_length] for i in range(0, len(ids), max_doc_length)]
+
+
+def featurize(record: dict[str, Any], tokenizer: Any, max_length: int, max_doc_length: int,
+              max_chunks: int = 1) -> dict[str, Any]:
+    """Token ids for one record: the visible document `ctx_ids` and its `ctx_chunks` (of at most `max_doc_length`
+    tokens each, at most `max_chunks`), student `input_ids/labels`, teacher `t_input_ids/t_labels` (the teacher
+    reads exactly the visible document)."""
+    ctx, document = visible_document(record["document"], tokenizer, max_doc_length, max_chunks)
+    if not ctx:
+        raise DataError(f"the document of {record['question']!r} is empty: nothing to internalize")
     answer = [{"role": "assistant", "content": record["answer"]}]
     student = assistant_labels(tokenizer, [{"role": "user", "content": record["question"]}] + answer, max_length)
     teacher = assistant_labels(
         tokenizer,
-        [{"role": "user", "content": in_context_prompt(record["document"], record["question"])}] + answer,
-        max_length + max_doc_length,
+        [{"role": "user", "content": in_context_prompt(document, record["question"])}] + answer,
+        max_length + len(ctx) + 8,  # + a few tokens where the cut text retokenizes differently
     )
     import torch
 
@@ -68,5 +94,5 @@ def featurize(record: dict[str, Any], tokenizer: Any, max_length: int, max_doc_l
     if n_s != n_t:
         raise DataError(f"answer of {record['question']!r} truncated differently with and without the document "
                         f"({n_s} vs {n_t} tokens): raise algo.max_length")
-    return {"ctx_ids": ctx, "input_ids": student["input_ids"], "labels": student["labels"],
+    return {"ctx_ids": ctx, "ctx_chunks": chunks_of(ctx, max_doc_length), "input_ids": student["input_ids"], "labels": student["labels"],
             "t_input_ids": teacher["input_ids"], "t_labels": teacher["labels"]}

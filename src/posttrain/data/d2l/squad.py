@@ -7,10 +7,10 @@ record per line (`context`, `question`, `answers` as a dict with `text`, a list,
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any, Iterable
 
+from posttrain.data.jsonl import read_json, read_jsonl
 from posttrain.errors import DataError
 
 
@@ -52,9 +52,9 @@ def load_squad(path: str, split: str = "train", limit: int | None = None) -> lis
     p = Path(path)
     if p.is_file():
         if p.suffix == ".jsonl":
-            rows = [json.loads(line) for line in p.read_text().splitlines() if line.strip()]
+            rows = read_jsonl(p)
         else:
-            raw = json.loads(p.read_text())
+            raw = read_json(p)
             rows = list(_nested(raw)) if isinstance(raw, dict) and "data" in raw else raw
         records = _flat(rows, str(p))
     else:

@@ -25,6 +25,7 @@ from typing import Any
 
 from datasets import Dataset, load_dataset
 
+from posttrain.data.jsonl import check_data_file
 from posttrain.data.rlvr.schema import as_prompt, ifeval_features, math_features, normalize_kwargs
 
 __all__ = ["load_gsm8k", "load_ifeval", "load_rlvr_ifeval", "load_rlvr", "parse_gsm8k_answer", "rlvr_ground_truth_to_ifeval"]
@@ -41,6 +42,7 @@ def _load_raw(name_or_path: str, split: str, config: str | None = None) -> Datas
         kinds = {_FORMATS[p.suffix] for p in files}
         if len(kinds) > 1:
             raise ValueError(f"{name_or_path}: mixed file formats {sorted(kinds)}")
+        check_data_file(path)  # UTF-8 and well-formed rows, named by file:line (datasets' errors are tracebacks)
         return load_dataset(kinds.pop(), data_files=[str(p) for p in files], split="train")
     if name_or_path.startswith((".", "/", "~")) or Path(name_or_path).suffix in _FORMATS:
         raise FileNotFoundError(f"no such file or directory: {name_or_path}")
