@@ -1,5 +1,6 @@
 # make train  — set up .venv and run the offline default (GRPO, tiny_llama, CPU)
 # make test   — set up .venv and run the whole test suite (slow end-to-end tests included)
+# make lint   — ruff (lint + format check) and mypy
 PYTHON ?= python3.11
 VENV ?= .venv
 PY := $(VENV)/bin/python
@@ -7,7 +8,7 @@ PY := $(VENV)/bin/python
 TORCH_SPEC ?= torch==2.13.0
 EXTRAS ?= dev
 
-.PHONY: setup train test test-fast clean
+.PHONY: setup train test test-fast lint format clean
 
 $(VENV)/.installed: pyproject.toml Makefile
 	@command -v $(PYTHON) >/dev/null 2>&1 || { echo "need $(PYTHON) (set PYTHON=...)"; exit 1; }
@@ -27,6 +28,15 @@ test: setup
 
 test-fast: setup
 	$(PY) -m pytest -q -m "not slow" $(PYTEST_ARGS)
+
+lint: setup
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/mypy
+
+format: setup
+	$(VENV)/bin/ruff check --fix .
+	$(VENV)/bin/ruff format .
 
 clean:
 	rm -rf $(VENV) runs multirun outputs .pytest_cache

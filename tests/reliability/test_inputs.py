@@ -18,14 +18,14 @@ from omegaconf import OmegaConf
 
 from posttrain.config.compose import load_config
 from posttrain.config.finite import check_finite, non_finite
-from posttrain.config.registry import ALGO_SCHEMAS, register
+from posttrain.algos.registry import algorithms
 from posttrain.config.schema import Config
 from posttrain.config.validate import ConfigError
 from posttrain.data.jsonl import check_data_file, prompt_problem, read_json, read_jsonl
 from posttrain.errors import DataError
 from posttrain.inputs import RunDirError, check_inputs, check_run_dir
 
-register()  # fills ALGO_SCHEMAS with every algorithm's dataclass
+ALGO_SCHEMAS = {name: algorithm.schema for name, algorithm in algorithms().items()}
 ALGOS = {"grpo": ["algo=grpo"], "contrastive": ["algo=contrastive", "data=contrastive_injection"],
          "d2l": ["algo=d2l", "data=d2l_synth"]}
 

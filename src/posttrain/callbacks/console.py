@@ -211,7 +211,7 @@ def finish_run(run_dir: str | Path, summary: Mapping[str, Any],
                spec: ConsoleSpec | Mapping[str, Any] | None = None) -> list[Path]:
     """Print the summary table and write the spec's plots into `<run_dir>/plots/` (rank 0 only); the plot paths."""
     from posttrain.callbacks.metrics import read_metrics
-    from posttrain.launch import is_main_process
+    from posttrain.dist import is_main_process
 
     if not is_main_process():
         return []
