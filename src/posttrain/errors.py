@@ -9,6 +9,10 @@ class UserError(Exception):
     exit_code = 2
 
 
+class ConfigError(UserError):
+    """A config value or combination that cannot work (checked before any model loads)."""
+
+
 class DataError(UserError):
     """Bad or missing training/eval data."""
 

@@ -80,8 +80,8 @@ def test_a_chunked_documents_lora_is_its_chunks_loras_along_the_rank(d2l_model, 
 
 
 def test_chunked_documents_train_and_evaluate(d2l_cfg, d2l_model):
-    from posttrain.algos.d2l.evaluation import evaluate_model
-    from posttrain.algos.d2l.losses import d2l_loss
+    from posttrain.algos.d2l.evaluate import evaluate_model
+    from posttrain.algos.d2l.loss import d2l_loss
     from posttrain.data.d2l import synthetic_qa
 
     cfg = d2l_cfg("algo.encoder.max_doc_length=16", "algo.encoder.max_chunks=2")

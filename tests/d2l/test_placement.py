@@ -100,12 +100,12 @@ def test_load_d2l_and_eval_place_the_model_on_the_configured_device(d2l_cfg, d2l
     monkeypatch.setattr(api, "device_for", lambda cfg: MOVED, raising=False)  # "the configured device"
     seen: list[torch.dtype] = []
     _watch_models(monkeypatch, seen)
-    cfg = d2l_cfg(f"algo.checkpoint={ckpt}", "algo.max_new_tokens=2", "algo.eval_batch_size=4")
+    cfg = d2l_cfg("algo.max_new_tokens=2", "algo.eval_batch_size=4")
     model = api.load_d2l(cfg, ckpt)
     assert {p.dtype for p in model.parameters()} == {MOVED}
     seen.clear()
     (tmp_path / "eval").mkdir()
-    out = api.evaluate(cfg, tmp_path / "eval")
+    out = api.evaluate(cfg, tmp_path / "eval", ckpt)
     assert seen and set(seen) == {MOVED}, seen
     assert all(out["eval"][c]["answer_loss"] == out["eval"][c]["answer_loss"] for c in ("d2l", "in_context"))
 

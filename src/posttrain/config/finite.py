@@ -13,6 +13,8 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
+from posttrain.errors import ConfigError
+
 
 def non_finite(cfg: DictConfig) -> list[tuple[str, float]]:
     """(dotted key, value) of every nan/inf number in `cfg`, in config order (interpolations unresolved)."""
@@ -34,8 +36,6 @@ def non_finite(cfg: DictConfig) -> list[tuple[str, float]]:
 
 def check_finite(cfg: DictConfig) -> None:
     """ConfigError naming the first key whose number is nan or inf."""
-    from posttrain.config.validate import ConfigError
-
     bad = non_finite(cfg)
     if bad:
         key, value = bad[0]

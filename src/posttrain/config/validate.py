@@ -4,12 +4,11 @@ from __future__ import annotations
 
 from omegaconf import DictConfig
 
-from posttrain.errors import UserError
+from posttrain.config.finite import check_finite
+from posttrain.errors import ConfigError
 from posttrain.kernels.registry import CHOICES as KERNEL_CHOICES
 
-
-class ConfigError(UserError):
-    """A config value or combination that cannot work."""
+__all__ = ["ConfigError", "check_choices", "check_positive", "validate"]
 
 
 _CHOICES = {
@@ -66,8 +65,6 @@ def validate(cfg: DictConfig, hf_names: bool = True) -> None:
     `hf_names=False` skips the scheduler/optimizer name check, which imports transformers (and so torch): the CLI's
     pre-check stays fast and `posttrain.run.run` checks them before anything loads.
     """
-    from posttrain.config.finite import check_finite
-
     check_finite(cfg)  # nan/inf in any numeric field of any group, before the rules below compare numbers
     check_choices(cfg, _CHOICES)
     check_positive(cfg, ("trainer.max_steps", "trainer.per_device_batch_size", "trainer.grad_accum", "trainer.lr"))
