@@ -120,20 +120,25 @@ class PosttrainGRPOTrainer(AtomicCheckpointMixin, GRPOTrainer):
                 self._metrics[mode][f"clip_ratio/{name}"].append((totals[0] / totals[1].clamp(min=1.0)).item())
         return loss
 
-    def _kernel_forward(self, unwrapped, inputs: dict[str, Any]):
-        """Backbone, then `posttrain.kernels.grpo_loss` on the completion positions; runs as the model's forward."""
-        completion_ids, mask = inputs["completion_ids"], inputs["completion_mask"]
-        input_ids = torch.cat([inputs["prompt_ids"], completion_ids], dim=1)
-        attention_mask = torch.cat([inputs["prompt_mask"], mask], dim=1)
-        lm = causal_lm(unwrapped)
-        backbone = getattr(lm, lm.base_model_prefix)
+    def _completion_hidden(self, lm, inputs: dict[str, Any]) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """Final-norm hidden states [B, T, H] at the positions predicting the completion, and the router aux loss
+        (None unless TRL enabled it: an MoE config with `router_aux_loss_coef != 0`)."""
+        input_ids = torch.cat([inputs["prompt_ids"], inputs["completion_ids"]], dim=1)
+        attention_mask = torch.cat([inputs["prompt_mask"], inputs["completion_mask"]], dim=1)
         extra = {"output_router_logits": True} if self.aux_loss_enabled else {}
+        backbone = getattr(lm, lm.base_model_prefix)
         with self.accelerator.autocast():  # position ids from the mask: `add_mask_position_ids`
             out = backbone(input_ids=input_ids, attention_mask=attention_mask, use_cache=False, **extra)
         aux_loss = router_aux_loss(lm, out.router_logits, attention_mask) if self.aux_loss_enabled else None
         # position t predicts token t+1: the states that score the completion end one before the sequence does
-        t = completion_ids.size(1)
-        hidden = out.last_hidden_state[:, -t - 1 : -1]
+        t = inputs["completion_ids"].size(1)
+        return out.last_hidden_state[:, -t - 1 : -1], aux_loss
+
+    def _kernel_forward(self, unwrapped, inputs: dict[str, Any]):
+        """Backbone, then `posttrain.kernels.grpo_loss` on the completion positions; runs as the model's forward."""
+        completion_ids, mask = inputs["completion_ids"], inputs["completion_mask"]
+        lm = causal_lm(unwrapped)
+        hidden, aux_loss = self._completion_hidden(lm, inputs)
         weight = lm.get_output_embeddings().weight
         if isinstance(weight, DTensor):  # FSDP2 outside its unsharded forward: the full head, as TRL does
             weight = weight.full_tensor()
