@@ -41,7 +41,8 @@ import torch
 from .loss import KL_BIAS_CORRECTION
 
 DEFAULTS = dict(kernels="fused", loss_type="grpo", beta=0.04, kl_estimator="k3", importance_sampling_level="token",
-                kl_bias_correction=KL_BIAS_CORRECTION, vllm_is_ratio=False, epsilon_low=0.2, epsilon_high=0.2, temperature=1.0, on_policy=False, weight_grad=False, dtype="fp32",
+                kl_bias_correction=KL_BIAS_CORRECTION, vllm_is_ratio=False, epsilon_low=0.2, epsilon_high=0.2,
+                temperature=1.0, on_policy=False, weight_grad=False, dtype="fp32",
                 B=4, T=6, H=16, V=300, logit_std=4.0, empty_rows="1", seed=0, token_block=8, vocab_block=64)
 TOL = {"fp64": (1e-10, 1e-9), "fp32": (2e-5, 1e-4), "bf16": (1e-4, 1e-2)}  # (loss, grad)
 DTYPES = {"fp64": torch.float64, "fp32": torch.float32, "bf16": torch.bfloat16}

@@ -30,7 +30,7 @@ from posttrain.algos.grpo.reward_hist import RewardHistogram
 from posttrain.checkpoints import AtomicCheckpointMixin
 from posttrain.errors import TrainingError
 from posttrain.guards import check_finite_loss
-from posttrain.kernels import grpo_loss, kl_per_token, lm_head_gathered
+from posttrain.kernels import completion_logps, grpo_loss, kl_per_token, lm_head_gathered
 
 
 class PosttrainGRPOTrainer(AtomicCheckpointMixin, GRPOTrainer):
@@ -60,11 +60,40 @@ class PosttrainGRPOTrainer(AtomicCheckpointMixin, GRPOTrainer):
         check_finite_loss(loss, self.state.global_step + 1)
         return loss
 
-    def _get_per_token_logps_and_entropies(self, *args, **kwargs):
-        out = super()._get_per_token_logps_and_entropies(*args, **kwargs)
-        if getattr(self, "_capture_policy_logps", False):  # TRL's policy pass in `_compute_loss`: keep for kl_p95
-            self._policy_logps = out[0].detach()
-        return out
+    def _get_per_token_logps_and_entropies(self, model, input_ids, attention_mask, logits_to_keep, batch_size=None,
+                                           compute_entropy=False, compute_aux_loss=False, **extra):
+        if self.kernel_backend in ("trl", "liger") or compute_entropy or compute_aux_loss or any(
+                v is not None for v in extra.values()):
+            out = super()._get_per_token_logps_and_entropies(
+                model, input_ids, attention_mask, logits_to_keep, batch_size=batch_size,
+                compute_entropy=compute_entropy, compute_aux_loss=compute_aux_loss, **extra)
+            if getattr(self, "_capture_policy_logps", False):  # TRL's policy pass in `_compute_loss`: for kl_p95
+                self._policy_logps = out[0].detach()
+            return out
+        # The kernel path's old and reference passes use the policy forward's backbone call and log-prob kernel, so
+        # an unchanged policy has ratio exactly 1, and a LoRA policy still at its reference exactly zero KL and KL
+        # gradient (not rounding noise between two kernels). Through the wrapper's forward, like the policy's.
+        unwrapped = self.accelerator.unwrap_model(model)
+        logps = self._forward_redirection(model, unwrapped, self._score_completions, unwrapped, input_ids,
+                                          attention_mask, logits_to_keep, batch_size or input_ids.size(0))
+        return logps, None, None
+
+    def _score_completions(self, unwrapped, input_ids, attention_mask, t: int, batch_size: int) -> torch.Tensor:
+        lm = causal_lm(unwrapped)
+        weight = lm.get_output_embeddings().weight
+        if isinstance(weight, DTensor):
+            weight = weight.full_tensor()
+        out = []
+        for s in range(0, input_ids.size(0), batch_size):
+            ids, mask = input_ids[s : s + batch_size], attention_mask[s : s + batch_size]
+            rows = dict(prompt_ids=ids[:, :-t], prompt_mask=mask[:, :-t], completion_ids=ids[:, -t:],
+                        completion_mask=mask[:, -t:])
+            hidden, _ = self._completion_hidden(lm, rows, aux=False)
+            with lm_head_gathered(weight):
+                out.append(completion_logps(hidden.to(weight.device), weight, rows["completion_ids"],
+                                            rows["completion_mask"], backend=self.kernel_backend,
+                                            temperature=self.temperature))
+        return torch.cat(out)
 
     def _record_trl_kl(self, inputs: dict[str, Any]) -> None:
         """`kl_p95` for TRL's path (TRL logs `kl` itself when beta != 0, the same quantity as `_record_kl`'s)."""
@@ -120,16 +149,18 @@ class PosttrainGRPOTrainer(AtomicCheckpointMixin, GRPOTrainer):
                 self._metrics[mode][f"clip_ratio/{name}"].append((totals[0] / totals[1].clamp(min=1.0)).item())
         return loss
 
-    def _completion_hidden(self, lm, inputs: dict[str, Any]) -> tuple[torch.Tensor, torch.Tensor | None]:
+    def _completion_hidden(self, lm, inputs: dict[str, Any],
+                           aux: bool = True) -> tuple[torch.Tensor, torch.Tensor | None]:
         """Final-norm hidden states [B, T, H] at the positions predicting the completion, and the router aux loss
-        (None unless TRL enabled it: an MoE config with `router_aux_loss_coef != 0`)."""
+        (None unless asked and TRL enabled it: an MoE config with `router_aux_loss_coef != 0`)."""
         input_ids = torch.cat([inputs["prompt_ids"], inputs["completion_ids"]], dim=1)
         attention_mask = torch.cat([inputs["prompt_mask"], inputs["completion_mask"]], dim=1)
-        extra = {"output_router_logits": True} if self.aux_loss_enabled else {}
+        aux = aux and self.aux_loss_enabled
+        extra = {"output_router_logits": True} if aux else {}
         backbone = getattr(lm, lm.base_model_prefix)
         with self.accelerator.autocast():  # position ids from the mask: `add_mask_position_ids`
             out = backbone(input_ids=input_ids, attention_mask=attention_mask, use_cache=False, **extra)
-        aux_loss = router_aux_loss(lm, out.router_logits, attention_mask) if self.aux_loss_enabled else None
+        aux_loss = router_aux_loss(lm, out.router_logits, attention_mask) if aux else None
         # position t predicts token t+1: the states that score the completion end one before the sequence does
         t = inputs["completion_ids"].size(1)
         return out.last_hidden_state[:, -t - 1 : -1], aux_loss
