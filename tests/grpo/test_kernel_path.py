@@ -13,10 +13,29 @@ from __future__ import annotations
 import pytest
 import torch
 
-from posttrain.kernels import available
-from tests.grpo.helpers import first_batch, make_trainer, perturb_lora, prompt_dependent_reward
+from posttrain.algos.grpo import grpo_args
+from posttrain.config.compose import load_config
+from posttrain.kernels import KL_BIAS_CORRECTION, available
+from tests.grpo.helpers import (
+    first_batch,
+    make_trainer,
+    perturb_lora,
+    prompt_dependent_reward,
+)
 
 BACKENDS = [b for b in ("eager", "chunked", "liger", "fused") if available(b)[0]]
+
+
+def test_kl_bias_correction_defaults_to_trls_and_reaches_grpo_config(tmp_path):
+    """One default (TRL's), in the schema; the kernels' own default agrees; the flag reaches GRPOConfig."""
+    from trl import GRPOConfig
+
+    trl_default = GRPOConfig.__dataclass_fields__["use_bias_correction_kl"].default
+    cfg = load_config([])
+    assert cfg.algo.kl.bias_correction is trl_default and KL_BIAS_CORRECTION is trl_default
+    assert grpo_args(cfg, tmp_path).use_bias_correction_kl is trl_default
+    off = load_config([f"algo.kl.bias_correction={str(not trl_default).lower()}"])
+    assert grpo_args(off, tmp_path).use_bias_correction_kl is (not trl_default)
 
 
 def length_reward(completions, **kwargs):
@@ -37,9 +56,9 @@ CASES = {
                           {}),
     "grpo-sequence-batch-weighted": (("algo.importance_sampling_level=sequence", "algo.scale_rewards=batch",
                                       "algo.beta=0.04", "algo.num_iterations=2"),
-                                     dict(reward=[prompt_dependent_reward, length_reward], weights=[1.0, 0.5])),
+                                     {"reward": [prompt_dependent_reward, length_reward], "weights": [1.0, 0.5]}),
     "bnpo-unscaled-zero-std": (("algo.loss_type=bnpo", "algo.scale_rewards=none", "algo.beta=0.04"),
-                               dict(reward=sea_groups_constant)),
+                               {"reward": sea_groups_constant}),
     "dr_grpo-no-kl": (("algo.loss_type=dr_grpo", "algo.beta=0.0", "algo.num_iterations=2"), {}),
 }
 KEYS = ("loss", "grad_norm", "kl", "kl_p95", "clip_ratio/region_mean")
@@ -141,24 +160,28 @@ def configured(off_policy_batch):
     saved = {k: getattr(trainer, k) for k in ("loss_type", "importance_sampling_level", "use_vllm",
                                               "vllm_importance_sampling_correction",
                                               "current_gradient_accumulation_steps")}
+    saved_bias_correction = trainer.args.use_bias_correction_kl
 
-    def configure(**attrs):
+    def configure(bias_correction: bool = saved_bias_correction, **attrs):
         for k, v in attrs.items():
             setattr(trainer, k, v)
+        trainer.args.use_bias_correction_kl = bias_correction  # what algo.kl.bias_correction maps to
         return trainer, dict(inputs)
 
     yield configure
     for k, v in saved.items():
         setattr(trainer, k, v)
+    trainer.args.use_bias_correction_kl = saved_bias_correction
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("loss_type,level", [("grpo", "token"), ("dapo", "token"), ("bnpo", "sequence")])
-def test_one_batch_off_policy_kernel_loss_equals_trl(configured, backend, loss_type, level):
-    """num_iterations=2 and grad_accum=2 on one micro-batch: old log-probs from before an update, TRL's default KL
-    bias correction, accumulation scaling (the loss type's own normaliser)."""
+@pytest.mark.parametrize("bias_correction", [True, False])
+def test_one_batch_off_policy_kernel_loss_equals_trl(configured, backend, loss_type, level, bias_correction):
+    """num_iterations=2 and grad_accum=2 on one micro-batch: old log-probs from before an update, the KL bias
+    correction on (TRL's default) and off, accumulation scaling (the loss type's own normaliser)."""
     trainer, inputs = configured(loss_type=loss_type, importance_sampling_level=level,
-                                 current_gradient_accumulation_steps=2)
+                                 current_gradient_accumulation_steps=2, bias_correction=bias_correction)
     ref = _loss_and_grads(trainer, inputs, "trl")
     got = _loss_and_grads(trainer, inputs, backend)
     _assert_same(ref, got)
@@ -185,3 +208,17 @@ def test_vllm_importance_sampling_ratio_reaches_the_kernel_loss(configured, back
     trainer.use_vllm = False
     plain = _loss_and_grads(trainer, inputs, backend)
     assert abs(plain[0] - got[0]) > 1e-4
+
+
+@pytest.mark.parametrize("kernels", ["trl", "fused"])
+def test_kl_is_logged_as_null_without_a_reference(tmp_path, kernels):
+    """beta = 0: TRL loads no reference model, so there is no KL to measure: `kl` and `kl_p95` are null on every
+    path (logged, not missing)."""
+    trainer = make_trainer(tmp_path, "algo.beta=0.0", f"kernels={kernels}")
+    inputs = first_batch(trainer)
+    assert inputs.get("ref_per_token_logps") is None
+    trainer._compute_loss(trainer.model, inputs)
+    trainer.log({"loss": 0.0})
+    logged = trainer.state.log_history[-1]
+    assert "kl" in logged and "kl_p95" in logged
+    assert logged["kl"] is None and logged["kl_p95"] is None

@@ -35,8 +35,8 @@ def rollout(tmp_path_factory):
     completion = out.sequences[:, enc.input_ids.shape[1]:]
     sampled = torch.stack([torch.log_softmax(x.float(), -1) for x in out.logits], 1)
     sampled = sampled.gather(-1, completion.unsqueeze(-1)).squeeze(-1)
-    inputs = dict(prompt_ids=enc.input_ids, prompt_mask=enc.attention_mask, completion_ids=completion,
-                  completion_mask=torch.ones_like(completion))
+    inputs = {"prompt_ids": enc.input_ids, "prompt_mask": enc.attention_mask, "completion_ids": completion,
+              "completion_mask": torch.ones_like(completion)}
     return trainer, inputs, sampled
 
 

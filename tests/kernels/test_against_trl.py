@@ -71,7 +71,7 @@ def test_loss_and_grads_match_trl(model, backend, loss_type, level, beta, num_it
 def test_kl_bias_correction_off_matches_trl_and_differs_from_on(model, backend, level):
     """`use_bias_correction_kl=False` (algo.kl.bias_correction=false) is TRL's plain k3; the flag changes the loss."""
     inputs = make_inputs(model, off_policy=0.3 if level == "token" else 0.6)
-    kw = dict(loss_type="dapo", beta=0.1, importance_sampling_level=level)
+    kw = {"loss_type": "dapo", "beta": 0.1, "importance_sampling_level": level}
     ref_loss, ref_metrics = trl_loss(model, inputs, use_bias_correction_kl=False, **kw)
     ref_grads = _grads(model, ref_loss)
     loss, stats = _ours(model, inputs, backend, kl_bias_correction=False, **kw)
@@ -94,7 +94,7 @@ def test_vllm_importance_sampling_ratio_matches_trl(model, backend, shape, level
     ratio = torch.exp(0.4 * torch.randn(B, T if shape == "token" else 1, generator=g))
     ratio[0, 0] = 0.0  # a masked-out (rejected) sample
     inputs["importance_sampling_ratio"] = ratio
-    kw = dict(loss_type="bnpo", beta=0.05, importance_sampling_level=level)
+    kw = {"loss_type": "bnpo", "beta": 0.05, "importance_sampling_level": level}
     ref_loss, _ = trl_loss(model, inputs, **kw)
     ref_grads = _grads(model, ref_loss)
     loss, _ = _ours(model, inputs, backend, vllm_is_ratio=ratio, **kw)

@@ -40,8 +40,15 @@ from __future__ import annotations
 import importlib.util
 import os
 
-from .loss import (KL_BIAS_CORRECTION, completion_logps, grpo_loss, kl_per_token, lm_head_gathered, per_token_kl,
-                   policy_loss_from_logps)
+from .loss import (
+    KL_BIAS_CORRECTION,
+    completion_logps,
+    grpo_loss,
+    kl_per_token,
+    lm_head_gathered,
+    per_token_kl,
+    policy_loss_from_logps,
+)
 
 BACKENDS: tuple[str, ...] = ("eager", "chunked", "liger", "fused", "triton", "pallas")
 

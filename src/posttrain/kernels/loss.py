@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import math
 import sys
-from contextlib import nullcontext
-from typing import Callable, ContextManager
+from contextlib import AbstractContextManager, nullcontext
+from typing import Callable
 
 import torch
 
@@ -24,7 +24,7 @@ IS_LEVELS = ("token", "sequence")
 KL_BIAS_CORRECTION = True
 
 
-def lm_head_gathered(*params: torch.Tensor | None) -> ContextManager:
+def lm_head_gathered(*params: torch.Tensor | None) -> AbstractContextManager:
     """TRL's `maybe_gather_lm_head_ctx`: gathers ZeRO-3-partitioned LM-head parameters for a direct read.
 
     A null context unless DeepSpeed is loaded (ZeRO-3 cannot be active otherwise), so the kernels never import TRL

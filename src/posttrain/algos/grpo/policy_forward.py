@@ -75,6 +75,6 @@ def global_p95(accelerator: Any, x: torch.Tensor, mask: torch.Tensor) -> float:
         return math.nan
     values = values.sort().values  # torch.quantile refuses more than 2**24 values
     pos = 0.95 * (values.numel() - 1)
-    lo = int(math.floor(pos))
+    lo = math.floor(pos)
     hi = min(lo + 1, values.numel() - 1)
     return (values[lo] + (pos - lo) * (values[hi] - values[lo])).item()

@@ -24,13 +24,23 @@ from trl import GRPOTrainer
 from trl.models.utils import _ForwardRedirection
 
 from posttrain.algos.grpo.kl_control import AdaptiveBeta
-from posttrain.algos.grpo.policy_forward import (add_mask_position_ids, causal_lm, global_masked_mean, global_p95,
-                                                 router_aux_loss)
+from posttrain.algos.grpo.policy_forward import (
+    add_mask_position_ids,
+    causal_lm,
+    global_masked_mean,
+    global_p95,
+    router_aux_loss,
+)
 from posttrain.algos.grpo.reward_hist import RewardHistogram
 from posttrain.checkpoints import AtomicCheckpointMixin
 from posttrain.errors import TrainingError
 from posttrain.guards import check_finite_loss
-from posttrain.kernels import completion_logps, grpo_loss, kl_per_token, lm_head_gathered
+from posttrain.kernels import (
+    completion_logps,
+    grpo_loss,
+    kl_per_token,
+    lm_head_gathered,
+)
 
 
 class PosttrainGRPOTrainer(AtomicCheckpointMixin, GRPOTrainer):
@@ -86,8 +96,8 @@ class PosttrainGRPOTrainer(AtomicCheckpointMixin, GRPOTrainer):
         out = []
         for s in range(0, input_ids.size(0), batch_size):
             ids, mask = input_ids[s : s + batch_size], attention_mask[s : s + batch_size]
-            rows = dict(prompt_ids=ids[:, :-t], prompt_mask=mask[:, :-t], completion_ids=ids[:, -t:],
-                        completion_mask=mask[:, -t:])
+            rows = {"prompt_ids": ids[:, :-t], "prompt_mask": mask[:, :-t], "completion_ids": ids[:, -t:],
+                    "completion_mask": mask[:, -t:]}
             hidden, _ = self._completion_hidden(lm, rows, aux=False)
             with lm_head_gathered(weight):
                 out.append(completion_logps(hidden.to(weight.device), weight, rows["completion_ids"],
