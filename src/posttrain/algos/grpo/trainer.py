@@ -47,9 +47,9 @@ class PosttrainGRPOTrainer(AtomicCheckpointMixin, GRPOTrainer):
     def __init__(self, *args, kernel_backend: str = "trl", kl_estimator: str = "k3",
                  kl_controller: AdaptiveBeta | None = None, reward_hist_default: str = "all", **kwargs):
         super().__init__(*args, **kwargs)
-        add_mask_position_ids(self.model)  # every forward at the positions generation used
-        if self.ref_model is not None:
-            add_mask_position_ids(self.ref_model)
+        for model in (self.model, self.ref_model):  # every forward at the positions generation used
+            if model is not None:
+                add_mask_position_ids(self.accelerator.unwrap_model(model))
         self._forward_redirection = _ForwardRedirection()
         self.kernel_backend = kernel_backend
         self.kl_estimator = kl_estimator
@@ -72,7 +72,7 @@ class PosttrainGRPOTrainer(AtomicCheckpointMixin, GRPOTrainer):
 
     def _get_per_token_logps_and_entropies(self, model, input_ids, attention_mask, logits_to_keep, batch_size=None,
                                            compute_entropy=False, compute_aux_loss=False, **extra):
-        if self.kernel_backend in ("trl", "liger") or compute_entropy or compute_aux_loss or any(
+        if getattr(self, "kernel_backend", "trl") in ("trl", "liger") or compute_entropy or compute_aux_loss or any(
                 v is not None for v in extra.values()):
             out = super()._get_per_token_logps_and_entropies(
                 model, input_ids, attention_mask, logits_to_keep, batch_size=batch_size,
