@@ -104,6 +104,8 @@ class KernelsConfig:
 @dataclass
 class KLConfig:
     estimator: str = "k3"  # k1 | k2 | k3
+    # KL term times the importance ratio (TRL's use_bias_correction_kl, its default; DeepSeek-V3.2), every backend
+    bias_correction: bool = True
     target: Optional[float] = None  # adaptive beta off when null
     horizon: Optional[int] = None  # steps; null -> proportional rule
     beta_min: float = 1e-6

@@ -18,10 +18,13 @@ Contract with the trainer
   default T), `dapo` (/ number of mask tokens in this batch). It is **not** divided by gradient-
   accumulation steps: the trainer scales it (and passes its own normalizer logic for dapo if it
   accumulates). Per-token KL (`k1 = logp - ref`, `k2 = (logp - ref)^2 / 2`, `k3 = exp(ref - logp) -
-  (ref - logp) - 1`) is added as `beta * kl` per token, masked like the loss. Temperature divides the
-  logits. Log-softmax is always fp32 (fp64 for fp64 inputs).
-- `stats` (floats): `policy_loss`, `kl_mean` (masked token mean, TRL's `kl`), `kl_p95`, `clip_ratio`
-  (TRL's `clip_ratio/region_mean`), `clip_ratio/low_mean`, `clip_ratio/high_mean` (liger: see its module).
+  (ref - logp) - 1`), multiplied by the differentiable importance weight `coef_1` when `kl_bias_correction`
+  (TRL's `use_bias_correction_kl`, on by default as in TRL), is added as `beta * kl` per token, masked like
+  the loss. `vllm_is_ratio` (TRL's `importance_sampling_ratio`, [B, T] or [B, 1]) multiplies the policy term
+  before the KL is added. Temperature divides the logits. Log-softmax is always fp32 (fp64 for fp64 inputs).
+- `stats` (floats): `policy_loss`, `kl_mean` (masked token mean of the KL term as it enters the loss, TRL's
+  `kl`), `kl_p95`, `clip_ratio` (TRL's `clip_ratio/region_mean`), `clip_ratio/low_mean`,
+  `clip_ratio/high_mean` (liger: see its module).
 
 Backends (`BACKENDS`; `available(name)` says whether one runs here and why not):
 - `eager`   materialized fp32 logits: the reference.
@@ -37,7 +40,15 @@ from __future__ import annotations
 import importlib.util
 import os
 
-from .loss import completion_logps, grpo_loss, per_token_kl, policy_loss_from_logps
+from .loss import (
+    KL_BIAS_CORRECTION,
+    completion_logps,
+    grpo_loss,
+    kl_per_token,
+    lm_head_gathered,
+    per_token_kl,
+    policy_loss_from_logps,
+)
 
 BACKENDS: tuple[str, ...] = ("eager", "chunked", "liger", "fused", "triton", "pallas")
 
@@ -67,4 +78,5 @@ def available(backend: str) -> tuple[bool, str]:
     return False, f"unknown backend {backend!r}; one of {BACKENDS}"
 
 
-__all__ = ["BACKENDS", "available", "grpo_loss", "completion_logps", "policy_loss_from_logps", "per_token_kl"]
+__all__ = ["BACKENDS", "KL_BIAS_CORRECTION", "available", "grpo_loss", "completion_logps", "policy_loss_from_logps",
+           "per_token_kl", "kl_per_token", "lm_head_gathered"]
