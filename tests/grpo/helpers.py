@@ -22,7 +22,9 @@ def prompt_dependent_reward(prompts, completions, **kwargs):
     return [float(len(str(c))) + offset(p) for p, c in zip(prompts, completions)]
 
 
-def make_trainer(tmp_path: Path, *overrides: str, reward=prompt_dependent_reward) -> PosttrainGRPOTrainer:
+def make_trainer(tmp_path: Path, *overrides: str, reward=prompt_dependent_reward,
+                 weights: list[float] | None = None) -> PosttrainGRPOTrainer:
+    """A trainer on 16 distinct prompts; `reward` is one reward function or a list (with `weights`)."""
     cfg = load_config(
         ["trainer.max_steps=1", "trainer.per_device_batch_size=8", "algo.num_generations=4",
          "trainer.progress_bar=false", *overrides]
@@ -30,11 +32,12 @@ def make_trainer(tmp_path: Path, *overrides: str, reward=prompt_dependent_reward
     torch.manual_seed(0)
     model, tok = load(cfg)
     # every prompt distinct, so a group is identified by its prompt ids even after TRL shuffles the batch
+    rewards = list(reward) if isinstance(reward, (list, tuple)) else [reward]
     rows = [{"prompt": [{"role": "user", "content": f"the {w} {i}"}]} for i in range(8) for w in ("sea", "sky")]
     trainer = PosttrainGRPOTrainer(
         model=model,
-        reward_funcs=[reward],
-        args=grpo_args(cfg, tmp_path, [1.0]),
+        reward_funcs=rewards,
+        args=grpo_args(cfg, tmp_path, weights or [1.0] * len(rewards)),
         train_dataset=Dataset.from_list(rows),
         processing_class=tok,
         kernel_backend=cfg.kernels.backend,

@@ -43,8 +43,13 @@ def _assert_close_grads(ref, got, rtol):
 @pytest.mark.parametrize("backend", TORCH_BACKENDS)
 @pytest.mark.parametrize("loss_type", ["grpo", "bnpo", "dr_grpo", "dapo"])
 @pytest.mark.parametrize("level,beta", [("token", 0.0), ("token", 0.04), ("sequence", 0.0), ("sequence", 0.1)])
-def test_loss_and_grads_match_trl(model, backend, loss_type, level, beta):
+@pytest.mark.parametrize("num_iterations", [1, 2])
+def test_loss_and_grads_match_trl(model, backend, loss_type, level, beta, num_iterations):
+    """TRL's defaults throughout (KL bias correction on). num_iterations=1: on-policy, TRL passes no old
+    log-probs (ratio 1 with the ratio's gradient); 2: old log-probs from before the previous update."""
     inputs = make_inputs(model, off_policy=0.3 if level == "token" else 0.6)
+    if num_iterations == 1:
+        inputs.pop("old_per_token_logps")
     ref_loss, ref_metrics = trl_loss(model, inputs, loss_type=loss_type, beta=beta, importance_sampling_level=level)
     ref_grads = _grads(model, ref_loss)
     loss, stats = _ours(model, inputs, backend, loss_type=loss_type, beta=beta, importance_sampling_level=level)
@@ -59,6 +64,44 @@ def test_loss_and_grads_match_trl(model, backend, loss_type, level, beta):
         assert stats["clip_ratio/low_mean"] == pytest.approx(ref_metrics["clip_ratio/low_mean"], abs=1e-6)
         assert stats["clip_ratio/high_mean"] == pytest.approx(ref_metrics["clip_ratio/high_mean"], abs=1e-6)
         assert math.isfinite(stats["kl_p95"]) and stats["kl_p95"] >= 0.0
+
+
+@pytest.mark.parametrize("backend", TORCH_BACKENDS)
+@pytest.mark.parametrize("level", ["token", "sequence"])
+def test_kl_bias_correction_off_matches_trl_and_differs_from_on(model, backend, level):
+    """`use_bias_correction_kl=False` (algo.kl.bias_correction=false) is TRL's plain k3; the flag changes the loss."""
+    inputs = make_inputs(model, off_policy=0.3 if level == "token" else 0.6)
+    kw = {"loss_type": "dapo", "beta": 0.1, "importance_sampling_level": level}
+    ref_loss, ref_metrics = trl_loss(model, inputs, use_bias_correction_kl=False, **kw)
+    ref_grads = _grads(model, ref_loss)
+    loss, stats = _ours(model, inputs, backend, kl_bias_correction=False, **kw)
+    assert loss.item() == pytest.approx(ref_loss.item(), rel=1e-5, abs=1e-6)
+    _assert_close_grads(ref_grads, _grads(model, loss), rtol=2e-5)
+    assert stats["kl_mean"] == pytest.approx(ref_metrics["kl"], rel=1e-5)
+    on, _ = _ours(model, inputs, backend, kl_bias_correction=True, **kw)
+    assert abs(on.item() - loss.item()) > 1e-4  # 50x the parity tolerance
+
+
+@pytest.mark.parametrize("backend", TORCH_BACKENDS)
+@pytest.mark.parametrize("shape", ["token", "sequence"])
+@pytest.mark.parametrize("level", ["token", "sequence"])
+def test_vllm_importance_sampling_ratio_matches_trl(model, backend, shape, level):
+    """TRL's vLLM correction: the policy term times `importance_sampling_ratio` ([B, T] in token_* modes, [B, 1]
+    in sequence_* modes, zeros where masked out), before the KL is added."""
+    inputs = make_inputs(model, off_policy=0.3 if level == "token" else 0.6)
+    g = torch.Generator().manual_seed(7)
+    B, T = inputs["completion_ids"].shape
+    ratio = torch.exp(0.4 * torch.randn(B, T if shape == "token" else 1, generator=g))
+    ratio[0, 0] = 0.0  # a masked-out (rejected) sample
+    inputs["importance_sampling_ratio"] = ratio
+    kw = {"loss_type": "bnpo", "beta": 0.05, "importance_sampling_level": level}
+    ref_loss, _ = trl_loss(model, inputs, **kw)
+    ref_grads = _grads(model, ref_loss)
+    loss, _ = _ours(model, inputs, backend, vllm_is_ratio=ratio, **kw)
+    assert loss.item() == pytest.approx(ref_loss.item(), rel=1e-5, abs=1e-6)
+    _assert_close_grads(ref_grads, _grads(model, loss), rtol=2e-5)
+    without, _ = _ours(model, inputs, backend, **kw)
+    assert abs(without.item() - loss.item()) > 1e-4
 
 
 def test_inputs_exercise_clipping_and_empty_rows(model):

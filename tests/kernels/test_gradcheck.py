@@ -17,8 +17,19 @@ from posttrain.kernels import BACKENDS, available
 from posttrain.kernels import gradcheck as gc
 
 LOSS_TYPES = ["grpo", "bnpo", "dr_grpo", "dapo"]
-# beta = 0: the estimator only feeds the stats; beta > 0: each estimator is in the loss
-KL_CASES = [(0.0, "k3"), (0.04, "k1"), (0.04, "k2"), (0.04, "k3")]
+# beta = 0: the estimator only feeds the stats; beta > 0: each estimator is in the loss, with TRL's default
+# KL bias correction; then k3 without it, and k3 with a vLLM importance-sampling ratio (gc.MATRIX's cases)
+KL_CASES = [(c["beta"], c["kl_estimator"], c["kl_bias_correction"], c["vllm_is_ratio"])
+            for c in gc.MATRIX if (c["loss_type"], c["importance_sampling_level"]) == ("grpo", "token")]
+CASE_IDS = [f"beta{b}-{k}-bc{int(bc)}-is{int(isr)}" for b, k, bc, isr in KL_CASES]
+
+
+def test_matrix_covers_trl_defaults():
+    """TRL's default (KL bias correction on) is the default here, and the matrix also runs it off and with IS."""
+    from trl import GRPOConfig
+
+    assert gc.DEFAULTS["kl_bias_correction"] is GRPOConfig.__dataclass_fields__["use_bias_correction_kl"].default
+    assert {(bc, isr) for _, _, bc, isr in KL_CASES} == {(True, False), (False, False), (True, True)}
 
 
 @pytest.fixture(autouse=True)
@@ -54,13 +65,15 @@ def triton_matrix():
 
 @pytest.mark.parametrize("loss_type", LOSS_TYPES)
 @pytest.mark.parametrize("level", ["token", "sequence"])
-@pytest.mark.parametrize("beta,estimator", KL_CASES)
-def test_gradcheck_matrix_triton_interpret(triton_matrix, loss_type, level, beta, estimator):
+@pytest.mark.parametrize("beta,estimator,bias_correction,is_ratio", KL_CASES, ids=CASE_IDS)
+def test_gradcheck_matrix_triton_interpret(triton_matrix, loss_type, level, beta, estimator, bias_correction,
+                                           is_ratio):
     code, rows, err = triton_matrix
     if any(r.get("unavailable") for r in rows):
         pytest.skip(rows[0]["unavailable"])
-    (row,) = [r for r in rows if (r["loss_type"], r["importance_sampling_level"], r["beta"], r["kl_estimator"])
-              == (loss_type, level, beta, estimator)] or [None]
+    key = (loss_type, level, beta, estimator, bias_correction, is_ratio)
+    (row,) = [r for r in rows if (r["loss_type"], r["importance_sampling_level"], r["beta"], r["kl_estimator"],
+                                  r["kl_bias_correction"], r["vllm_is_ratio"]) == key] or [None]
     assert row is not None, err[-2000:]
     assert row["exit"] == 0, row.get("failures")
     assert row["abs_diff_loss"] < 2e-5 and row["max_rel_diff_dhidden"] < 1e-4
@@ -69,12 +82,13 @@ def test_gradcheck_matrix_triton_interpret(triton_matrix, loss_type, level, beta
 @pytest.mark.parametrize("backend", [b for b in BACKENDS if b != "triton"])
 @pytest.mark.parametrize("loss_type", LOSS_TYPES)
 @pytest.mark.parametrize("level", ["token", "sequence"])
-@pytest.mark.parametrize("beta,estimator", KL_CASES)
-def test_gradcheck_matrix(backend, loss_type, level, beta, estimator):
+@pytest.mark.parametrize("beta,estimator,bias_correction,is_ratio", KL_CASES, ids=CASE_IDS)
+def test_gradcheck_matrix(backend, loss_type, level, beta, estimator, bias_correction, is_ratio):
     _backend_or_skip(backend)
     # tiles of 32 tokens x 128 vocab (3 vocab tiles); the multi-token-tile cases are the tests below
     code, out = _run(kernels=backend, loss_type=loss_type, importance_sampling_level=level, beta=beta,
-                     kl_estimator=estimator, empty_rows="1", token_block=32, vocab_block=128)
+                     kl_estimator=estimator, kl_bias_correction=bias_correction, vllm_is_ratio=is_ratio,
+                     empty_rows="1", token_block=32, vocab_block=128)
     if backend == "liger" and beta != 0.0 and estimator != "k3":
         assert code == 2 and "kl_estimator" in out["unsupported"]
         return

@@ -2,7 +2,8 @@
 
 `GRPOTrainer.__init__` needs datasets, reward functions and a generation backend, none of which the
 loss touches, so the unbound `_compute_loss` runs on a stub carrying exactly the attributes it reads;
-the model is patched with TRL's own fused LM head (`add_fused_lm_head`), as the trainer does.
+the model is patched with TRL's own fused LM head (`add_fused_lm_head`), as the trainer does. Every
+`GRPOConfig` option the loss reads has TRL's default unless a test sets it.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from contextlib import nullcontext
 
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM
-from trl import GRPOTrainer
+from trl import GRPOConfig, GRPOTrainer
 from trl.trainer.utils import add_fused_lm_head
 
 
@@ -46,17 +47,29 @@ def tiny_model(vocab: int = 160, hidden: int = 32, seed: int = 0, temperature: f
     return model
 
 
+def trl_default(field: str):
+    """`GRPOConfig`'s default for `field` (TRL's own value, never restated here)."""
+    return GRPOConfig.__dataclass_fields__[field].default
+
+
 def trl_loss(model, inputs: dict, *, loss_type="grpo", beta=0.0, epsilon_low=0.2, epsilon_high=0.2,
-             importance_sampling_level="token", max_completion_length=None):
-    """(loss, metrics) from TRL's `GRPOTrainer._compute_loss` (train mode, no accumulation)."""
+             importance_sampling_level="token", max_completion_length=None, **args):
+    """(loss, metrics) from TRL's `GRPOTrainer._compute_loss` (train mode, no accumulation).
+
+    `args` override `GRPOConfig` fields the loss reads; every other one keeps TRL's default (e.g.
+    `use_bias_correction_kl`). `inputs["importance_sampling_ratio"]`, when present, is applied as TRL does with
+    vLLM's importance-sampling correction on.
+    """
+    defaults = {f: trl_default(f) for f in ("use_bias_correction_kl", "delta")}
+    use_is = inputs.get("importance_sampling_ratio") is not None
     stub = types.SimpleNamespace(
         model=model, accelerator=_Accelerator(), loss_type=loss_type, beta=beta,
         epsilon_low=epsilon_low, epsilon_high=epsilon_high, importance_sampling_level=importance_sampling_level,
         max_completion_length=max_completion_length or inputs["completion_ids"].shape[1],
-        top_entropy_quantile=1.0, aux_loss_enabled=False, off_policy_mask_threshold=None, use_vllm=False,
-        vllm_importance_sampling_correction=False, current_gradient_accumulation_steps=1,
+        top_entropy_quantile=1.0, aux_loss_enabled=False, off_policy_mask_threshold=None, use_vllm=use_is,
+        vllm_importance_sampling_correction=use_is, current_gradient_accumulation_steps=1,
         _entropy_bonus_enabled=False, _metrics={"train": defaultdict(list), "eval": defaultdict(list)},
-        args=types.SimpleNamespace(use_bias_correction_kl=False, delta=None, steps_per_generation=1),
+        args=types.SimpleNamespace(**{**defaults, **args}, steps_per_generation=1),
     )
     stub._get_per_token_logps_and_entropies = types.MethodType(GRPOTrainer._get_per_token_logps_and_entropies, stub)
     model.train()

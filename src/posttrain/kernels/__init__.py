@@ -18,10 +18,13 @@ Contract with the trainer
   default T), `dapo` (/ number of mask tokens in this batch). It is **not** divided by gradient-
   accumulation steps: the trainer scales it (and passes its own normalizer logic for dapo if it
   accumulates). Per-token KL (`k1 = logp - ref`, `k2 = (logp - ref)^2 / 2`, `k3 = exp(ref - logp) -
-  (ref - logp) - 1`) is added as `beta * kl` per token, masked like the loss. Temperature divides the
-  logits. Log-softmax is always fp32 (fp64 for fp64 inputs).
-- `stats` (floats): `policy_loss`, `kl_mean` (masked token mean, TRL's `kl`), `kl_p95`, `clip_ratio`
-  (TRL's `clip_ratio/region_mean`), `clip_ratio/low_mean`, `clip_ratio/high_mean` (liger: see its module).
+  (ref - logp) - 1`), multiplied by the differentiable importance weight `coef_1` when `kl_bias_correction`
+  (TRL's `use_bias_correction_kl`, on by default as in TRL), is added as `beta * kl` per token, masked like
+  the loss. `vllm_is_ratio` (TRL's `importance_sampling_ratio`, [B, T] or [B, 1]) multiplies the policy term
+  before the KL is added. Temperature divides the logits. Log-softmax is always fp32 (fp64 for fp64 inputs).
+- `stats` (floats): `policy_loss`, `kl_mean` (masked token mean of the KL term as it enters the loss, TRL's
+  `kl`), `kl_p95`, `clip_ratio` (TRL's `clip_ratio/region_mean`), `clip_ratio/low_mean`,
+  `clip_ratio/high_mean` (liger: see its module).
 
 Backends: the table in `posttrain.kernels.registry` (`BACKENDS[name].summary`; `available(name)` says whether one
 runs here and why not). Adding one: a module with the function, one `Backend(...)` row there.
@@ -33,7 +36,8 @@ from typing import Any
 
 from posttrain.kernels.registry import BACKENDS, CHOICES, IS_LEVELS, KL_ESTIMATORS, LOSS_TYPES, available
 
-_LOSS = ("completion_logps", "grpo_loss", "per_token_kl", "policy_loss_from_logps")
+_LOSS = ("KL_BIAS_CORRECTION", "completion_logps", "grpo_loss", "kl_per_token", "lm_head_gathered", "per_token_kl",
+         "policy_loss_from_logps")
 __all__ = ["BACKENDS", "CHOICES", "IS_LEVELS", "KL_ESTIMATORS", "LOSS_TYPES", "available", *_LOSS]
 
 

@@ -25,6 +25,8 @@ from typing import Callable
 
 import torch
 
+from .loss import lm_head_gathered
+
 TOKEN_BLOCK = 1024
 VOCAB_BLOCK = 2048
 _OVERFLOW = 2.0**100
@@ -109,17 +111,18 @@ class FusedLinearLogProb(torch.autograd.Function):
         g = grad_logp.to(e.dtype)
         N, H = hs.shape
         token_block, vocab_block = ctx.blocks
-        grad_w = None
-        if ctx.needs_input_grad[1]:
-            grad_w = _weight_grad(hs, weight, targets, lse, g, token_block, vocab_block)
-        grad_h = None
-        if ctx.needs_input_grad[0]:
-            grad_h = e  # in place: dh = g/T * (W_y - e), a token block at a time
-            for t0 in range(0, N, 256):  # 256 gathered rows of W at a time: small temporary
-                t1 = min(t0 + 256, N)
-                blk = grad_h[t0:t1]
-                blk.sub_(weight.index_select(0, targets[t0:t1]).to(e.dtype)).mul_((-inv_t * g[t0:t1]).unsqueeze(1))
-            grad_h = grad_h.to(ctx.hidden_dtype)
+        grad_w = grad_h = None
+        with lm_head_gathered(weight):  # ZeRO-3 re-partitions the head after the forward: gather it again
+            if ctx.needs_input_grad[1]:
+                grad_w = _weight_grad(hs, weight, targets, lse, g, token_block, vocab_block)
+            if ctx.needs_input_grad[0]:
+                grad_h = e  # in place: dh = g/T * (W_y - e), a token block at a time
+                for t0 in range(0, N, 256):  # 256 gathered rows of W at a time: small temporary
+                    t1 = min(t0 + 256, N)
+                    blk = grad_h[t0:t1]
+                    w_y = weight.index_select(0, targets[t0:t1]).to(e.dtype)
+                    blk.sub_(w_y).mul_((-inv_t * g[t0:t1]).unsqueeze(1))
+                grad_h = grad_h.to(ctx.hidden_dtype)
         return grad_h, grad_w, None, None, None, None, None
 
 

@@ -4,7 +4,9 @@
         importance_sampling_level=sequence weight_grad=true
 
 Keys (defaults): kernels=fused, loss_type=grpo, beta=0.04, kl_estimator=k3, importance_sampling_level=token,
-epsilon_low=0.2, epsilon_high=0.2, temperature=1.0, on_policy=false, weight_grad=false, dtype=fp32
+kl_bias_correction=true (TRL's use_bias_correction_kl default), vllm_is_ratio=false (true: a random vLLM
+importance-sampling ratio per token, TRL's importance_sampling_ratio), epsilon_low=0.2, epsilon_high=0.2,
+temperature=1.0, on_policy=false, weight_grad=false, dtype=fp32
 (fp32|bf16|fp64), B=4, T=6, H=16, V=300, logit_std=4.0, empty_rows=1 (comma list of empty completion rows,
 "" for none), seed=0, token_block=8, vocab_block=64 (tile sizes for fused/triton/pallas, small so the
 tiny problem spans many tiles; `logit_std` large enough that the lazy softmax maximum is re-based).
@@ -23,7 +25,8 @@ Gates (all must hold), with (loss_tol, grad_tol) = (1e-10, 1e-9) for fp64, (2e-5
 The bf16 gates hold for kernels that upcast before the projection (log-softmax of fp32 logits; the
 gradient itself is returned in bf16, ~4e-3 relative rounding); kernels that round the logits to bf16
 fail them (TRL's chunked and Liger on CPU: loss off by tens of percent at logit std 4).
-`--matrix` runs all loss types x token/sequence x (beta 0, beta 0.04 with k1/k2/k3) in one process.
+`--matrix` runs all loss types x token/sequence x (beta 0, beta 0.04 with k1/k2/k3, k3 without the KL bias
+correction, k3 with a vLLM IS ratio) in one process.
 Exit status: 0 pass, 1 gate failed, 2 option not supported by the backend (NotImplementedError),
 3 backend not available here (e.g. no JAX), 4 bad arguments.
 """
@@ -35,10 +38,11 @@ import sys
 
 import torch
 
-from posttrain.kernels.registry import IS_LEVELS, KL_ESTIMATORS, LOSS_TYPES, available
+from posttrain.kernels.registry import IS_LEVELS, KL_BIAS_CORRECTION, LOSS_TYPES, available
 
 DEFAULTS = dict(kernels="fused", loss_type="grpo", beta=0.04, kl_estimator="k3", importance_sampling_level="token",
-                epsilon_low=0.2, epsilon_high=0.2, temperature=1.0, on_policy=False, weight_grad=False, dtype="fp32",
+                kl_bias_correction=KL_BIAS_CORRECTION, vllm_is_ratio=False, epsilon_low=0.2, epsilon_high=0.2,
+                temperature=1.0, on_policy=False, weight_grad=False, dtype="fp32",
                 B=4, T=6, H=16, V=300, logit_std=4.0, empty_rows="1", seed=0, token_block=8, vocab_block=64)
 TOL = {"fp64": (1e-10, 1e-9), "fp32": (2e-5, 1e-4), "bf16": (1e-4, 1e-2)}  # (loss, grad)
 DTYPES = {"fp64": torch.float64, "fp32": torch.float32, "bf16": torch.bfloat16}
@@ -81,8 +85,9 @@ def make_inputs(cfg: dict) -> dict:
         cur = eager_logps(hidden.reshape(B * T, H), weight, ids.reshape(-1), cfg["temperature"]).view(B, T)
     old = cur + 0.4 * torch.randn(B, T, generator=g, dtype=torch.float64)
     ref = cur + 0.5 * torch.randn(B, T, generator=g, dtype=torch.float64)
+    is_ratio = torch.exp(0.3 * torch.randn(B, T, generator=g, dtype=torch.float64)) if cfg["vllm_is_ratio"] else None
     return dict(hidden=hidden, weight=weight, ids=ids, mask=mask, adv=adv, old=None if cfg["on_policy"] else old,
-                ref=ref)
+                ref=ref, is_ratio=is_ratio)
 
 
 def _set_blocks(cfg: dict) -> None:
@@ -102,7 +107,8 @@ def _loss_and_grads(inputs: dict, cfg: dict, backend: str, dtype: torch.dtype):
                             cast(inputs["ref"]), backend=backend, beta=cfg["beta"], epsilon_low=cfg["epsilon_low"],
                             epsilon_high=cfg["epsilon_high"], loss_type=cfg["loss_type"],
                             kl_estimator=cfg["kl_estimator"], importance_sampling_level=cfg["importance_sampling_level"],
-                            temperature=cfg["temperature"])
+                            temperature=cfg["temperature"], kl_bias_correction=cfg["kl_bias_correction"],
+                            vllm_is_ratio=cast(inputs["is_ratio"]))
     targets = [h, w] if cfg["weight_grad"] else [h]
     grads = torch.autograd.grad(loss, targets)
     return loss.detach().double(), [g.double() for g in grads], stats
@@ -146,9 +152,11 @@ def run(cfg: dict) -> tuple[int, dict]:
     return (1 if failures else 0), out
 
 
-MATRIX = [dict(loss_type=lt, importance_sampling_level=lvl, beta=beta, kl_estimator=k)
+MATRIX = [dict(loss_type=lt, importance_sampling_level=lvl, beta=beta, kl_estimator=k, kl_bias_correction=bc,
+               vllm_is_ratio=isr)
           for lt in LOSS_TYPES for lvl in IS_LEVELS
-          for beta, k in ((0.0, "k3"), *((0.04, est) for est in KL_ESTIMATORS))]
+          for beta, k, bc, isr in ((0.0, "k3", True, False), (0.04, "k1", True, False), (0.04, "k2", True, False),
+                                   (0.04, "k3", True, False), (0.04, "k3", False, False), (0.04, "k3", True, True))]
 
 
 def run_matrix(cfg: dict) -> int:

@@ -20,7 +20,8 @@ import torch
 
 def liger_grpo_loss(hidden, lm_head_weight, completion_ids, completion_mask, advantages, old_logps, ref_logps,
                     *, beta, epsilon_low, epsilon_high, loss_type, kl_estimator, importance_sampling_level,
-                    temperature, max_completion_length) -> tuple[torch.Tensor, dict[str, float]]:
+                    temperature, max_completion_length, kl_bias_correction,
+                    vllm_is_ratio) -> tuple[torch.Tensor, dict[str, float]]:
     """Same contract as `posttrain.kernels.grpo_loss` (backend="liger")."""
     from liger_kernel.chunked_loss.grpo_loss import LigerFusedLinearGRPOFunction
 
@@ -47,7 +48,10 @@ def liger_grpo_loss(hidden, lm_head_weight, completion_ids, completion_mask, adv
         False,                                                    # compiled: no torch.compile of the loss math
         use_ref,
         1,                                                        # chunk_size (Liger's default)
-        None, None, False, 2.0, 3.0, 3.0, 2.0,                    # vllm ratio, delta, bias-corrected KL, vespo
+        vllm_is_ratio.float() if vllm_is_ratio is not None else None,
+        None,                                                     # delta (two-sided clipping: off, as in TRL)
+        bool(kl_bias_correction),                                 # TRL's use_bias_correction_kl
+        2.0, 3.0, 3.0, 2.0,                                       # vespo (unused)
         mask.sum(),                                               # num_items_in_batch (dapo normalizer)
     )
     metrics = [m.item() for m in metrics]

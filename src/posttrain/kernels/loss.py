@@ -10,11 +10,26 @@ log-probabilities and their gradients, never in the loss semantics.
 from __future__ import annotations
 
 import math
+import sys
+from contextlib import AbstractContextManager, nullcontext
 from typing import Callable
 
 import torch
 
-from posttrain.kernels.registry import BACKENDS, IS_LEVELS, KL_ESTIMATORS, LOSS_TYPES
+from posttrain.kernels.registry import BACKENDS, IS_LEVELS, KL_BIAS_CORRECTION, KL_ESTIMATORS, LOSS_TYPES
+
+
+def lm_head_gathered(*params: torch.Tensor | None) -> AbstractContextManager:
+    """TRL's `maybe_gather_lm_head_ctx`: gathers ZeRO-3-partitioned LM-head parameters for a direct read.
+
+    A null context unless DeepSpeed is loaded (ZeRO-3 cannot be active otherwise), so the kernels never import TRL
+    or DeepSpeed on their own.
+    """
+    if "deepspeed" not in sys.modules:
+        return nullcontext()
+    from trl.trainer.utils import maybe_gather_lm_head_ctx
+
+    return maybe_gather_lm_head_ctx(*params)
 
 
 def per_token_kl(logps: torch.Tensor, ref_logps: torch.Tensor, estimator: str) -> torch.Tensor:
@@ -30,6 +45,36 @@ def per_token_kl(logps: torch.Tensor, ref_logps: torch.Tensor, estimator: str) -
         d = ref_logps - logps
         return torch.exp(d) - d - 1
     raise ValueError(f"kl_estimator must be one of {KL_ESTIMATORS}, got {estimator!r}")
+
+
+def importance_weights(logps: torch.Tensor, old_logps: torch.Tensor, mask: torch.Tensor,
+                       importance_sampling_level: str) -> torch.Tensor:
+    """TRL's `coef_1`: exp(logp - old) per token [B, T], or exp of its masked sequence mean [B, 1] (GSPO)."""
+    log_ratio = logps - old_logps
+    if importance_sampling_level == "token":
+        return torch.exp(log_ratio)
+    return torch.exp(((log_ratio * mask).sum(-1) / mask.sum(-1).clamp(min=1.0)).unsqueeze(-1))
+
+
+def kl_per_token(
+    logps: torch.Tensor,
+    ref_logps: torch.Tensor,
+    completion_mask: torch.Tensor,
+    old_logps: torch.Tensor | None = None,
+    *,
+    kl_estimator: str = "k3",
+    kl_bias_correction: bool = KL_BIAS_CORRECTION,
+    importance_sampling_level: str = "token",
+) -> torch.Tensor:
+    """The per-token KL term [B, T] exactly as it enters the loss (times beta): the estimator's value, multiplied by
+    the importance weight when `kl_bias_correction` (TRL's `per_token_kl * coef_1`). This is what `kl` logs."""
+    mask = completion_mask.to(logps.dtype)
+    ref = ref_logps.to(logps.dtype).masked_fill(mask == 0, 0.0)
+    kl = per_token_kl(logps, ref, kl_estimator)
+    if kl_bias_correction:
+        old = logps.detach() if old_logps is None else old_logps.to(logps.dtype).masked_fill(mask == 0, 0.0)
+        kl = kl * importance_weights(logps, old, mask, importance_sampling_level)
+    return kl
 
 
 def _check_options(loss_type: str, kl_estimator: str, importance_sampling_level: str, beta: float,
@@ -60,11 +105,15 @@ def policy_loss_from_logps(
     kl_estimator: str = "k3",
     importance_sampling_level: str = "token",
     max_completion_length: int | None = None,
+    kl_bias_correction: bool = KL_BIAS_CORRECTION,
+    vllm_is_ratio: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, dict[str, float]]:
     """TRL 1.16 `GRPOTrainer._compute_loss` from per-token log-probs `logps` [B, T].
 
     Single process, no gradient accumulation: `dapo` divides by the number of mask tokens (TRL's
     `num_items_in_batch`), and nothing is divided by the accumulation steps (the caller does that).
+    `vllm_is_ratio` ([B, T] or [B, 1], TRL's `inputs["importance_sampling_ratio"]`) multiplies the clipped
+    policy term before the KL is added, as TRL does when vLLM's sampling log-probs differ from the trainer's.
     """
     dtype = logps.dtype
     mask = completion_mask.to(dtype)
@@ -77,18 +126,17 @@ def policy_loss_from_logps(
     if ref_logps is not None:
         ref_logps = ref_logps.to(dtype).masked_fill(mask == 0, 0.0)
 
-    log_ratio = logps - old
-    if importance_sampling_level == "token":
-        log_iw = log_ratio
-    else:
-        log_iw = ((log_ratio * mask).sum(-1) / mask.sum(-1).clamp(min=1.0)).unsqueeze(-1)
-    coef_1 = torch.exp(log_iw)
+    coef_1 = importance_weights(logps, old, mask, importance_sampling_level)
     coef_2 = torch.clamp(coef_1, 1 - epsilon_low, 1 + epsilon_high)
     per_token_loss = -torch.min(coef_1 * advantages, coef_2 * advantages)
+    if vllm_is_ratio is not None:
+        per_token_loss = per_token_loss * vllm_is_ratio.to(dtype)
 
     kl = None
     if ref_logps is not None:
-        kl = per_token_kl(logps, ref_logps.to(dtype), kl_estimator)
+        kl = per_token_kl(logps, ref_logps, kl_estimator)
+        if kl_bias_correction:
+            kl = kl * coef_1
         if beta != 0.0:
             per_token_loss = per_token_loss + beta * kl
 
@@ -180,13 +228,18 @@ def grpo_loss(
     importance_sampling_level: str = "token",
     temperature: float = 1.0,
     max_completion_length: int | None = None,
-) -> tuple[torch.Tensor, dict[str, float]]:
+    kl_bias_correction: bool = KL_BIAS_CORRECTION,
+    vllm_is_ratio: torch.Tensor | None = None,
+    return_logps: bool = False,
+) -> tuple[torch.Tensor, dict[str, float]] | tuple[torch.Tensor, dict[str, float], torch.Tensor]:
     """GRPO policy loss of completions, from final-norm hidden states and the LM head weight.
 
-    Args mirror TRL's `GRPOTrainer` (see the package docstring for the full contract). Returns
+    Args mirror TRL's `GRPOTrainer` (see the package docstring for the full contract); `kl_bias_correction` is
+    TRL's `use_bias_correction_kl`, `vllm_is_ratio` its `inputs["importance_sampling_ratio"]`. Returns
     `(loss, stats)`: a scalar loss (not divided by gradient-accumulation steps) and floats
     `policy_loss, kl_mean, kl_p95, clip_ratio, clip_ratio/low_mean, clip_ratio/high_mean`
-    (`kl_*` are NaN without `ref_logps`).
+    (`kl_*` are NaN without `ref_logps`). With `return_logps`, also the detached per-token log-probs [B, T] (for
+    metrics over several micro-batches or processes; `liger`, which never forms them, gets them from `fused`).
     """
     _check_options(loss_type, kl_estimator, importance_sampling_level, beta, ref_logps, temperature)
     if hidden.dim() != 3 or lm_head_weight.dim() != 2 or hidden.shape[-1] != lm_head_weight.shape[-1]:
@@ -197,12 +250,20 @@ def grpo_loss(
                          f"{tuple(completion_mask.shape)} must be {tuple(hidden.shape[:2])}")
     kwargs = dict(beta=beta, epsilon_low=epsilon_low, epsilon_high=epsilon_high, loss_type=loss_type,
                   kl_estimator=kl_estimator, importance_sampling_level=importance_sampling_level,
-                  max_completion_length=max_completion_length)
+                  max_completion_length=max_completion_length, kl_bias_correction=kl_bias_correction,
+                  vllm_is_ratio=vllm_is_ratio)
     if backend not in BACKENDS:
         raise ValueError(f"backend must be one of {tuple(BACKENDS)}, got {backend!r}")
-    if BACKENDS[backend].kind == "loss":
-        return BACKENDS[backend].load()(hidden, lm_head_weight, completion_ids, completion_mask, advantages,
-                               old_logps, ref_logps, temperature=temperature, **kwargs)
+    if BACKENDS[backend].kind == "loss":  # the backend computes the whole loss (liger)
+        loss, stats = BACKENDS[backend].load()(hidden, lm_head_weight, completion_ids, completion_mask, advantages,
+                                               old_logps, ref_logps, temperature=temperature, **kwargs)
+        if not return_logps:
+            return loss, stats
+        with torch.no_grad():
+            logps = completion_logps(hidden, lm_head_weight, completion_ids, completion_mask, backend="fused",
+                                     temperature=temperature)
+        return loss, stats, logps
     logps = completion_logps(hidden, lm_head_weight, completion_ids, completion_mask,
                              backend=backend, temperature=temperature)
-    return policy_loss_from_logps(logps, completion_mask, advantages, old_logps, ref_logps, **kwargs)
+    loss, stats = policy_loss_from_logps(logps, completion_mask, advantages, old_logps, ref_logps, **kwargs)
+    return (loss, stats, logps.detach()) if return_logps else (loss, stats)

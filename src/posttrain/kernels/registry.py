@@ -20,6 +20,7 @@ from typing import Callable
 LOSS_TYPES: tuple[str, ...] = ("grpo", "bnpo", "dr_grpo", "dapo")
 KL_ESTIMATORS: tuple[str, ...] = ("k1", "k2", "k3")
 IS_LEVELS: tuple[str, ...] = ("token", "sequence")
+KL_BIAS_CORRECTION = True  # TRL 1.16's `use_bias_correction_kl` default (tests tie it to GRPOConfig)
 TRL = "trl"  # `kernels=trl`: TRL's own loss path (no posttrain kernel)
 
 

@@ -17,6 +17,7 @@ from omegaconf import DictConfig, open_dict
 from posttrain.algos.base import Algorithm, Workload
 from posttrain.algos.grpo.config import GRPOAlgoConfig, validate_grpo
 
+
 class GRPO(Algorithm):
     name = "grpo"
     schema = GRPOAlgoConfig

@@ -29,6 +29,7 @@ def grpo_args(cfg: DictConfig, run_dir: Path, reward_weights: list[float] | None
         epsilon_high=algo.epsilon_high,
         scale_rewards=algo.scale_rewards,
         importance_sampling_level=algo.importance_sampling_level,
+        use_bias_correction_kl=algo.kl.bias_correction,
         num_iterations=algo.num_iterations,
         mask_truncated_completions=algo.mask_truncated_completions,
         temperature=gen.temperature,

@@ -8,12 +8,14 @@ from typing import Optional
 from omegaconf import DictConfig
 
 from posttrain.config.validate import ConfigError, check_choices, check_positive
-from posttrain.kernels.registry import IS_LEVELS, KL_ESTIMATORS, LOSS_TYPES, TRL
+from posttrain.kernels.registry import IS_LEVELS, KL_BIAS_CORRECTION, KL_ESTIMATORS, LOSS_TYPES, TRL
 
 
 @dataclass
 class KLConfig:
     estimator: str = "k3"  # k1 | k2 | k3 (TRL's loss has k3 only; k1/k2 need kernels=<backend>)
+    # KL term times the importance ratio (TRL's use_bias_correction_kl and its default; DeepSeek-V3.2), every backend
+    bias_correction: bool = KL_BIAS_CORRECTION
     target: Optional[float] = None  # adaptive beta toward this per-token KL; null: fixed beta
     horizon: Optional[int] = None  # steps; null: proportional rule (posttrain.algos.grpo.kl_control)
     beta_min: float = 1e-6

@@ -2,13 +2,16 @@
 
 1. `_compute_loss` routes the policy loss through `posttrain.kernels.grpo_loss` when `kernels != trl` (TRL's own
    Liger path is never enabled at the same time: `use_liger_kernel` stays False, since TRL would then bypass an
-   overridden loss).
+   overridden loss). That path computes TRL's loss term for term (KL bias correction, vLLM importance-sampling
+   correction, MoE router aux loss, accumulation scaling) and runs inside the wrapped model's forward, so DDP,
+   FSDP and DeepSpeed treat it like TRL's own forward. Every forward (both paths, policy, old and reference
+   passes) uses the position ids generation used (`policy_forward.add_mask_position_ids`).
 2. Adaptive beta (`algo.kl.target`): after each optimizer step beta follows that step's KL (`kl_control`); the
    controller's state is in every checkpoint (`trainer_state.json`), so `resume=auto` continues its beta.
 3. Guards: a non-finite loss stops training with the step number; checkpoints are written atomically.
 4. Logging: reward histograms by constraint type (`reward_hist/<type>/<bin>` counts in metrics.jsonl, wandb
-   histograms), beta each step; TRL already logs per-reward means, completion lengths, clip ratios and the
-   fraction of zero-std groups.
+   histograms), beta each step; `kl` and `kl_p95` on both paths with one meaning (`_record_kl`); TRL already logs
+   per-reward means, completion lengths, clip ratios and the fraction of zero-std groups.
 """
 
 from __future__ import annotations
@@ -20,19 +23,38 @@ from typing import Any, Callable
 import torch
 from accelerate.utils import gather_object
 from transformers import TrainerCallback
+from torch.distributed.tensor import DTensor
 from trl import GRPOTrainer
+from trl.models.utils import _ForwardRedirection
 
 from posttrain.algos.grpo.kl_control import AdaptiveBeta
+from posttrain.algos.grpo.policy_forward import (
+    add_mask_position_ids,
+    causal_lm,
+    global_masked_mean,
+    global_p95,
+    router_aux_loss,
+)
 from posttrain.algos.grpo.reward_hist import RewardHistogram, constraint_types, total_range
 from posttrain.checkpoints import AtomicCheckpointMixin
 from posttrain.errors import TrainingError
 from posttrain.guards import check_finite_loss
+from posttrain.kernels import (
+    completion_logps,
+    grpo_loss,
+    kl_per_token,
+    lm_head_gathered,
+)
 
 
 class PosttrainGRPOTrainer(AtomicCheckpointMixin, GRPOTrainer):
     def __init__(self, *args, kernel_backend: str = "trl", kl_estimator: str = "k3",
                  kl_controller: AdaptiveBeta | None = None, reward_hist_default: str = "all", **kwargs):
         super().__init__(*args, **kwargs)
+        for model in (self.model, self.ref_model):  # every forward at the positions generation used
+            if model is not None:
+                add_mask_position_ids(self.accelerator.unwrap_model(model))
+        self._forward_redirection = _ForwardRedirection()
         self.kernel_backend = kernel_backend
         self.kl_estimator = kl_estimator
         self.kl_controller = kl_controller
@@ -49,47 +71,82 @@ class PosttrainGRPOTrainer(AtomicCheckpointMixin, GRPOTrainer):
     # -- loss -------------------------------------------------------------------------------------------------
     def _compute_loss(self, model, inputs):
         if self.kernel_backend == "trl":
-            loss = super()._compute_loss(model, inputs)
+            self._capture_policy_logps = True
+            try:
+                loss = super()._compute_loss(model, inputs)
+            finally:
+                self._capture_policy_logps = False
+            self._record_trl_kl(inputs)
         else:
             loss = self._kernel_loss(model, inputs)
         check_finite_loss(loss, self.state.global_step + 1)
         return loss
 
-    def _causal_lm(self, model):
-        model = self.accelerator.unwrap_model(model)
-        return model.get_base_model() if hasattr(model, "get_base_model") else model
+    def _get_per_token_logps_and_entropies(self, model, input_ids, attention_mask, logits_to_keep, batch_size=None,
+                                           compute_entropy=False, compute_aux_loss=False, **extra):
+        if getattr(self, "kernel_backend", "trl") in ("trl", "liger") or compute_entropy or compute_aux_loss or any(
+                v is not None for v in extra.values()):
+            out = super()._get_per_token_logps_and_entropies(
+                model, input_ids, attention_mask, logits_to_keep, batch_size=batch_size,
+                compute_entropy=compute_entropy, compute_aux_loss=compute_aux_loss, **extra)
+            if getattr(self, "_capture_policy_logps", False):  # TRL's policy pass in `_compute_loss`: for kl_p95
+                self._policy_logps = out[0].detach()
+            return out
+        # The kernel path's old and reference passes use the policy forward's backbone call and log-prob kernel, so
+        # an unchanged policy has ratio exactly 1, and a LoRA policy still at its reference exactly zero KL and KL
+        # gradient (not rounding noise between two kernels). Through the wrapper's forward, like the policy's.
+        unwrapped = self.accelerator.unwrap_model(model)
+        logps = self._forward_redirection(model, unwrapped, self._score_completions, unwrapped, input_ids,
+                                          attention_mask, logits_to_keep, batch_size or input_ids.size(0))
+        return logps, None, None
+
+    def _score_completions(self, unwrapped, input_ids, attention_mask, t: int, batch_size: int) -> torch.Tensor:
+        lm = causal_lm(unwrapped)
+        weight = lm.get_output_embeddings().weight
+        if isinstance(weight, DTensor):
+            weight = weight.full_tensor()
+        out = []
+        for s in range(0, input_ids.size(0), batch_size):
+            ids, mask = input_ids[s : s + batch_size], attention_mask[s : s + batch_size]
+            rows = {"prompt_ids": ids[:, :-t], "prompt_mask": mask[:, :-t], "completion_ids": ids[:, -t:],
+                    "completion_mask": mask[:, -t:]}
+            hidden, _ = self._completion_hidden(lm, rows, aux=False)
+            with lm_head_gathered(weight):
+                out.append(completion_logps(hidden.to(weight.device), weight, rows["completion_ids"],
+                                            rows["completion_mask"], backend=self.kernel_backend,
+                                            temperature=self.temperature))
+        return torch.cat(out)
+
+    def _record_trl_kl(self, inputs: dict[str, Any]) -> None:
+        """`kl_p95` for TRL's path (TRL logs `kl` itself when beta != 0, the same quantity as `_record_kl`'s)."""
+        mode = "train" if self.model.training else "eval"
+        if self.beta == 0.0:
+            self._metrics[mode]["kl"].append(math.nan)
+            self._metrics[mode]["kl_p95"].append(math.nan)
+            return
+        kl = kl_per_token(self._policy_logps, inputs["ref_per_token_logps"], inputs["completion_mask"],
+                          inputs.get("old_per_token_logps"), kl_estimator="k3",
+                          kl_bias_correction=self.args.use_bias_correction_kl,
+                          importance_sampling_level=self.importance_sampling_level)
+        self._metrics[mode]["kl_p95"].append(global_p95(self.accelerator, kl, inputs["completion_mask"]))
+
+    def _record_kl(self, mode: str, kl: torch.Tensor | None, mask: torch.Tensor) -> None:
+        """`kl`: token mean over all processes of the per-token KL term as it enters the loss (`kl_per_token`);
+        `kl_p95`: its 95th percentile. NaN (logged as null) when beta == 0: no reference model, no KL."""
+        if kl is None:
+            self._metrics[mode]["kl"].append(math.nan)
+            self._metrics[mode]["kl_p95"].append(math.nan)
+            return
+        self._metrics[mode]["kl"].append(global_masked_mean(self.accelerator, kl, mask))
+        self._metrics[mode]["kl_p95"].append(global_p95(self.accelerator, kl, mask))
 
     def _kernel_loss(self, model, inputs: dict[str, Any]) -> torch.Tensor:
-        from posttrain.kernels import grpo_loss
-
-        completion_ids, mask = inputs["completion_ids"], inputs["completion_mask"]
-        input_ids = torch.cat([inputs["prompt_ids"], completion_ids], dim=1)
-        attention_mask = torch.cat([inputs["prompt_mask"], mask], dim=1)
-        lm = self._causal_lm(model)
-        backbone = getattr(lm, lm.base_model_prefix)
-        with self.accelerator.autocast():
-            hidden = backbone(input_ids=input_ids, attention_mask=attention_mask, use_cache=False).last_hidden_state
-        # position t predicts token t+1: the states that score the completion end one before the sequence does
-        t = completion_ids.size(1)
-        hidden = hidden[:, -t - 1 : -1]
-        loss, stats = grpo_loss(
-            hidden,
-            lm.get_output_embeddings().weight,
-            completion_ids,
-            mask,
-            inputs["advantages"],
-            old_logps=inputs.get("old_per_token_logps"),
-            ref_logps=inputs.get("ref_per_token_logps"),
-            backend=self.kernel_backend,
-            beta=self.beta,
-            epsilon_low=self.epsilon_low,
-            epsilon_high=self.epsilon_high,
-            loss_type=self.loss_type,
-            kl_estimator=self.kl_estimator,
-            importance_sampling_level=self.importance_sampling_level,
-            temperature=self.temperature,
-            max_completion_length=self.max_completion_length,
-        )
+        # Through the wrapper's forward (as TRL's distillation trainer does): DDP then all-reduces the gradients,
+        # FSDP and DeepSpeed gather what they shard. Collectives for the metrics run after it, outside.
+        unwrapped = self.accelerator.unwrap_model(model)
+        loss, stats, kl, aux_loss = self._forward_redirection(model, unwrapped, self._kernel_forward, unwrapped,
+                                                              inputs)
+        mask = inputs["completion_mask"]
         mode = "train" if self.model.training else "eval"
         accum = self.current_gradient_accumulation_steps if mode == "train" else 1.0
         if self.loss_type == "dapo":  # TRL normalises DAPO by the tokens of the whole accumulation window
@@ -99,11 +156,64 @@ class PosttrainGRPOTrainer(AtomicCheckpointMixin, GRPOTrainer):
             loss = loss * mask.sum().clamp(min=1.0) / window
         else:
             loss = loss / accum
-        for key in ("kl_mean", "kl_p95", "clip_ratio"):
+        if aux_loss is not None:  # TRL: the router loss is scaled for accumulation like the policy loss
+            loss = loss + self.router_aux_loss_coef * aux_loss / accum
+            self._metrics[mode]["aux_loss"].append(self.accelerator.gather_for_metrics(aux_loss).mean().item())
+        self._record_kl(mode, kl, mask)
+        # TRL's clip metrics: means over every process's tokens (over sequences at sequence level)
+        count = mask.sum() if self.importance_sampling_level == "token" else torch.tensor(float(mask.size(0)))
+        count = count.to(device=mask.device, dtype=torch.float32)
+        names = {"clip_ratio": "region_mean", "clip_ratio/low_mean": "low_mean", "clip_ratio/high_mean": "high_mean"}
+        for key, name in names.items():
             if key in stats:
-                value = stats[key]
-                self._metrics[mode][key if key != "kl_mean" else "kl"].append(float(value))
+                local = torch.tensor([stats[key], 1.0], device=mask.device) * count
+                totals = self.accelerator.reduce(local, reduction="sum")
+                self._metrics[mode][f"clip_ratio/{name}"].append((totals[0] / totals[1].clamp(min=1.0)).item())
         return loss
+
+    def _completion_hidden(self, lm, inputs: dict[str, Any],
+                           aux: bool = True) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """Final-norm hidden states [B, T, H] at the positions predicting the completion, and the router aux loss
+        (None unless asked and TRL enabled it: an MoE config with `router_aux_loss_coef != 0`)."""
+        input_ids = torch.cat([inputs["prompt_ids"], inputs["completion_ids"]], dim=1)
+        attention_mask = torch.cat([inputs["prompt_mask"], inputs["completion_mask"]], dim=1)
+        aux = aux and self.aux_loss_enabled
+        extra = {"output_router_logits": True} if aux else {}
+        backbone = getattr(lm, lm.base_model_prefix)
+        with self.accelerator.autocast():  # position ids from the mask: `add_mask_position_ids`
+            out = backbone(input_ids=input_ids, attention_mask=attention_mask, use_cache=False, **extra)
+        aux_loss = router_aux_loss(lm, out.router_logits, attention_mask) if aux else None
+        # position t predicts token t+1: the states that score the completion end one before the sequence does
+        t = inputs["completion_ids"].size(1)
+        return out.last_hidden_state[:, -t - 1 : -1], aux_loss
+
+    def _kernel_forward(self, unwrapped, inputs: dict[str, Any]):
+        """Backbone, then `posttrain.kernels.grpo_loss` on the completion positions; runs as the model's forward."""
+        completion_ids, mask = inputs["completion_ids"], inputs["completion_mask"]
+        lm = causal_lm(unwrapped)
+        hidden, aux_loss = self._completion_hidden(lm, inputs)
+        weight = lm.get_output_embeddings().weight
+        if isinstance(weight, DTensor):  # FSDP2 outside its unsharded forward: the full head, as TRL does
+            weight = weight.full_tensor()
+        old, ref = inputs.get("old_per_token_logps"), inputs.get("ref_per_token_logps")
+        vllm_is = None
+        if self.use_vllm and self.vllm_importance_sampling_correction:  # TRL's correction of vLLM's sampling
+            vllm_is = inputs["importance_sampling_ratio"]
+        with lm_head_gathered(weight):  # ZeRO-3: the head is read directly, so gather it (TRL's helper)
+            loss, stats, logps = grpo_loss(
+                hidden.to(weight.device), weight, completion_ids, mask, inputs["advantages"], old_logps=old,
+                ref_logps=ref, backend=self.kernel_backend, beta=self.beta, epsilon_low=self.epsilon_low,
+                epsilon_high=self.epsilon_high, loss_type=self.loss_type, kl_estimator=self.kl_estimator,
+                importance_sampling_level=self.importance_sampling_level, temperature=self.temperature,
+                max_completion_length=self.max_completion_length,
+                kl_bias_correction=self.args.use_bias_correction_kl, vllm_is_ratio=vllm_is, return_logps=True,
+            )
+        kl = None
+        if ref is not None and self.beta != 0.0:
+            kl = kl_per_token(logps, ref, mask, old, kl_estimator=self.kl_estimator,
+                              kl_bias_correction=self.args.use_bias_correction_kl,
+                              importance_sampling_level=self.importance_sampling_level)
+        return loss, stats, kl, aux_loss
 
     def _generate_and_score_completions(self, inputs):
         try:

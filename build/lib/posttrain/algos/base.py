@@ -1,0 +1,97 @@
+"""The algorithm protocol: what `posttrain.run`, the config registry and the memory plan ask of an algorithm.
+
+An algorithm is one package `posttrain/algos/<name>/` whose `__init__.py` sets `ALGORITHM = <Algorithm subclass>()`
+(`posttrain.algos.registry` finds it; nothing else names it). The package's `__init__` must stay light (no torch):
+composing a config imports it. The heavy parts (trainer, model, evaluation) are imported inside the methods.
+
+    class MyAlgo(Algorithm):
+        name = "mine"                       # the `algo=mine` choice; equals the package name
+        schema = MyAlgoConfig               # dataclass of the `algo` group; its field defaults are THE defaults
+
+        def validate(self, cfg): ...        # cross-field rules, one-line ConfigError, before anything loads
+        def workload(self, cfg): ...        # -> Workload: what one micro-step puts through the model (memory plan)
+        def build_trainer(self, cfg, run_dir, callbacks): ...   # -> an HF Trainer, ready to .train()
+        def summarize(self, cfg, trainer, run_dir): ...          # -> extra summary.json keys after training
+        def evaluate(self, cfg, run_dir, checkpoint): ...        # mode=eval on `eval.checkpoint` -> summary dict
+
+A `conf/algo/<name>.yaml` is optional: without one, `algo=<name>` composes the schema's defaults (the registry
+stores it in Hydra's ConfigStore); with one, it holds no values (the schema's defaults are the defaults), only
+its defaults list (e.g. the data set the algorithm uses when the command line names none). A plugin outside this repository ships `posttrain/algos/<name>/` in a path
+entry of its own (`posttrain` and `posttrain.algos` are namespace packages) and needs no file here.
+"""
+
+from __future__ import annotations
+
+import abc
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, ClassVar, Mapping
+
+from omegaconf import DictConfig
+
+if TYPE_CHECKING:
+    from transformers import Trainer, TrainerCallback
+
+
+@dataclass
+class Workload:
+    """What one training micro-step of an algorithm puts through the model, per device (the memory plan's input)."""
+
+    seqs: int  # sequences in one forward/backward
+    seq_len: int
+    logit_tokens: int  # tokens per sequence whose logits the loss needs (0: no LM loss)
+    note: str  # one line for the plan table ("8 completions/micro-batch; ...")
+    train_mode: str = "lora"  # lora | full | frozen (the base model does not train)
+    loss_backend: str = "eager"  # how the LM-head logits are held: a posttrain.kernels backend, `trl`, or eager
+    kernels_apply: bool = False  # `kernels=<backend>` changes the loss (the plan may suggest another backend)
+    batch_multiple: int = 1  # per-device batch x grad_accum x devices must be a multiple of this
+    gen_seqs: int = 0  # sequences generated in one round with HF generate (0: no generation here)
+    gen_len: int = 0
+    gen_prompt_len: int = 0
+    vllm_colocated: bool = False  # a colocated vLLM engine holds `hw.vllm_gpu_memory_utilization` of the device
+    ref_copy: bool = False  # a frozen full copy of the base model (reference policy)
+    encoder_copy: bool = False  # a frozen full copy of the base model (context encoder)
+    encoder_seqs: int = 0
+    encoder_len: int = 0
+    extra_trainable: int = 0  # trainable parameters outside the base model (hypernetwork, projection head)
+    # `key=value` overrides of this algorithm's own keys that cut memory, tried by the plan's suggestion
+    memory_options: tuple[str, ...] = ()
+
+
+class Algorithm(abc.ABC):
+    """One training algorithm behind one interface; see the module docstring."""
+
+    name: ClassVar[str]
+    schema: ClassVar[type]
+    # what a run shows (posttrain.callbacks.console.ConsoleSpec): `show` metric -> label (progress bar and a line per
+    # logging step), `trend` (first-5 / last-5 means in summary.json and the end table), `plots` (plots/<file>)
+    console: ClassVar[Mapping[str, Any]] = {}
+    objective: ClassVar[str] = "loss_last5_mean"  # what sweeps optimise by default (a summary.json key)
+
+    def validate(self, cfg: DictConfig) -> None:  # noqa: B027 - optional hook
+        """Cross-field rules of `cfg.algo` (with the rest of `cfg`): raise `ConfigError` in one line. No torch."""
+
+    def batch_multiple(self, cfg: DictConfig) -> int:
+        """The global batch (per_device x grad_accum x devices) must be a multiple of this (GRPO: a group)."""
+        return 1
+
+    def apply_hardware(self, cfg: DictConfig, given: set[str]) -> dict[str, Any]:
+        """Adopt what the hw profile decides for this algorithm's own keys (unless in `given`, the command line's
+        keys); returns what it set. Called once by `posttrain.hardware.apply_profile`."""
+        return {}
+
+    @abc.abstractmethod
+    def workload(self, cfg: DictConfig) -> Workload:
+        """Per-device work of one micro-step (sequences, lengths, copies, extra trainable parameters)."""
+
+    @abc.abstractmethod
+    def build_trainer(self, cfg: DictConfig, run_dir: Path, callbacks: list[TrainerCallback]) -> Trainer:
+        """Model, data and an HF `Trainer` subclass, ready to `.train(resume_from_checkpoint=...)`."""
+
+    def summarize(self, cfg: DictConfig, trainer: Trainer, run_dir: Path) -> dict[str, Any]:
+        """Keys added to summary.json after training (held-out evaluation, ...)."""
+        return {}
+
+    @abc.abstractmethod
+    def evaluate(self, cfg: DictConfig, run_dir: Path, checkpoint: Path | None) -> dict[str, Any]:
+        """`mode=eval`: score `checkpoint` (None: the starting weights) on held-out data; the summary dict."""

@@ -1,0 +1,112 @@
+"""Base LM + PEFT LoRA + a projection head over masked-mean pooled hidden states, as one `nn.Module`.
+
+The head is ONE module applied identically to every row of the 3B batch (no role input, no per-role heads),
+and its output is L2-normalised: two rows can only land apart in projection space if the LM's pooled
+representations of them differ. Keeping head and LM in one module makes HF Trainer's optimizer, gradient
+clipping and checkpointing cover both (see `checkpoint.py` for what a checkpoint holds).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from omegaconf import DictConfig
+from torch import nn
+
+
+def masked_mean(hidden: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """Mean of `hidden` [N, T, D] over positions where `mask` [N, T] is 1, in fp32; all-masked rows -> zeros."""
+    m = mask.to(torch.float32).unsqueeze(-1)
+    total = (hidden.to(torch.float32) * m).sum(dim=1)
+    count = m.sum(dim=1).clamp(min=1.0)  # an all-padding row has count 0: 0 / 1 = 0, never 0 / 0
+    return total / count
+
+
+class ProjectionHead(nn.Module):
+    """Linear (hidden_dim=0) or Linear-GELU-Linear projection to `proj_dim`; output L2-normalised."""
+
+    def __init__(self, in_dim: int, proj_dim: int, hidden_dim: int = 0):
+        super().__init__()
+        self.in_dim, self.proj_dim, self.hidden_dim = in_dim, proj_dim, hidden_dim
+        if hidden_dim:
+            self.net = nn.Sequential(nn.Linear(in_dim, hidden_dim), nn.GELU(), nn.Linear(hidden_dim, proj_dim))
+        else:
+            self.net = nn.Linear(in_dim, proj_dim)
+
+    def spec(self) -> dict[str, int]:
+        return {"in_dim": self.in_dim, "proj_dim": self.proj_dim, "hidden_dim": self.hidden_dim}
+
+    def forward(self, pooled: torch.Tensor) -> torch.Tensor:
+        return F.normalize(self.net(pooled.to(self.net_dtype)).float(), dim=-1, eps=1e-8)
+
+    @property
+    def net_dtype(self) -> torch.dtype:
+        return next(self.parameters()).dtype
+
+
+@dataclass
+class ContrastiveOutput:
+    hidden: torch.Tensor  # [3B, T, D] last hidden states (after the final norm)
+    pooled: torch.Tensor  # [3B, D] fp32
+    z: torch.Tensor  # [3B, P] fp32, unit norm
+
+
+class ContrastiveModel(nn.Module):
+    """`lm` is the PEFT-wrapped causal LM; `forward` runs the backbone once over all rows and pools."""
+
+    def __init__(self, lm: nn.Module, head: ProjectionHead, tokenizer: Any = None):
+        super().__init__()
+        self.lm = lm
+        self.head = head
+        self.tokenizer = tokenizer
+
+    @property
+    def causal_lm(self) -> nn.Module:
+        return self.lm.get_base_model() if hasattr(self.lm, "get_base_model") else self.lm
+
+    @property
+    def backbone(self) -> nn.Module:
+        lm = self.causal_lm
+        return getattr(lm, lm.base_model_prefix)
+
+    def output_embeddings(self) -> nn.Module:
+        return self.causal_lm.get_output_embeddings()
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, pool_mask: torch.Tensor) -> ContrastiveOutput:
+        hidden = self.backbone(input_ids=input_ids, attention_mask=attention_mask, use_cache=False).last_hidden_state
+        pooled = masked_mean(hidden, pool_mask * attention_mask)
+        return ContrastiveOutput(hidden=hidden, pooled=pooled, z=self.head(pooled))
+
+    # HF Trainer's activation-checkpointing hooks delegate to the LM
+    def activation_checkpointing_enable(self, activation_checkpointing_kwargs: dict | None = None, **kwargs) -> None:
+        self.causal_lm.activation_checkpointing_enable(activation_checkpointing_kwargs, **kwargs)
+
+    def activation_checkpointing_disable(self) -> None:
+        self.causal_lm.activation_checkpointing_disable()
+
+
+def build_model(cfg: DictConfig, init: bool = True):
+    """`ContrastiveModel`: base + LoRA + a seeded fp32 head (tokenizer as `.tokenizer`); weights of
+    `algo.init_from` if `init`."""
+    from posttrain.algos.contrastive.checkpoint import load_weights
+    from posttrain.models import load
+
+    lm, tokenizer = load(cfg, with_lora=True)
+    with torch.random.fork_rng():
+        torch.manual_seed(cfg.seed + 1)
+        head = ProjectionHead(lm.config.hidden_size, cfg.algo.proj_dim, cfg.algo.head_hidden_dim)
+    head.to(next(lm.parameters()).device)
+    model = ContrastiveModel(lm, head, tokenizer)
+    if init and cfg.algo.init_from:
+        load_weights(model, cfg.algo.init_from, cfg)
+    return model
+
+
+def head_parameter_count(cfg: DictConfig) -> int:
+    """Parameters of the projection head `cfg` builds (counted from the module on the meta device)."""
+    with torch.device("meta"):
+        head = ProjectionHead(int(cfg.model.arch.hidden_size), cfg.algo.proj_dim, cfg.algo.head_hidden_dim)
+    return sum(p.numel() for p in head.parameters())

@@ -1,0 +1,116 @@
+"""Entry points and public API of `algo=d2l` (the package re-exports them lazily)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from omegaconf import DictConfig, OmegaConf
+
+from posttrain.algos.d2l.config import D2LAlgoConfig
+from posttrain.algos.d2l.lora import GeneratedLoRA
+from posttrain.algos.d2l.model import D2LModel, build_model
+from posttrain.checkpoints import complete_checkpoints
+from posttrain.dist import device_for
+from posttrain.errors import CheckpointError
+
+__all__ = ["D2LAlgoConfig", "D2LModel", "GeneratedLoRA", "build_model", "build_trainer", "evaluate", "load_d2l",
+           "summarize"]
+
+
+def _featurized(cfg: DictConfig, model: D2LModel, records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    from posttrain.data.d2l import featurize
+
+    enc = cfg.algo.encoder
+    return [featurize(r, model.tokenizer, cfg.algo.max_length, enc.max_doc_length, enc.max_chunks) for r in records]
+
+
+def build_trainer(cfg: DictConfig, run_dir: Path, callbacks: list | None = None):
+    """Base model + hypernet, featurized training documents (+ cached teacher top-k), `D2LTrainer`."""
+    from transformers import TrainingArguments
+
+    from posttrain.algos.d2l.batching import D2LCollator, ListDataset
+    from posttrain.algos.d2l.trainer import D2LTrainer
+    from posttrain.data.d2l import d2l_records
+    from posttrain.training_args import common_training_kwargs
+
+    algo = cfg.algo
+    model = build_model(cfg)
+    train_records, _ = d2l_records(cfg.data)
+    rows = _featurized(cfg, model, train_records)
+    teacher = None
+    if algo.kl_coef > 0:  # computed by the trainer once it has placed the model
+        # the weights' identity; the teacher's inputs, tokenizer and template are hashed from the rows themselves
+        key = {"model": OmegaConf.to_container(cfg.model, resolve=True), "seed": cfg.seed}
+        teacher = {"k": algo.kl_top_k, "temperature": algo.kl_temperature, "cache_dir": Path(run_dir) / "cache",
+                   "key_parts": key}
+    args = TrainingArguments(**common_training_kwargs(cfg, run_dir), remove_unused_columns=False)
+    return D2LTrainer(
+        model=model,
+        args=args,
+        train_dataset=ListDataset(rows),
+        data_collator=D2LCollator(model.tokenizer.pad_token_id, teacher=algo.kl_coef > 0),
+        callbacks=callbacks,
+        ce_coef=algo.ce_coef, kl_coef=algo.kl_coef, l1_coef=algo.l1_coef, kl_temperature=algo.kl_temperature,
+        teacher=teacher,
+    )
+
+
+def _eval(cfg: DictConfig, model: D2LModel) -> dict[str, Any]:
+    from posttrain.algos.d2l.evaluate import evaluate_model
+    from posttrain.data.d2l import d2l_records
+
+    _, held_out = d2l_records(cfg.data)
+    algo = cfg.algo
+    return evaluate_model(model, held_out, algo.max_length, algo.max_new_tokens,
+                          algo.eval_batch_size)
+
+
+def _flat_eval(result: dict[str, Any]) -> dict[str, Any]:
+    out = {"internalize_ms_per_doc": result["internalize_ms_per_doc"]}
+    for cond in ("no_context", "in_context", "d2l", "d2l_other_doc"):
+        for metric, value in result[cond].items():
+            out[f"eval_{cond}_{metric}"] = value
+    return out
+
+
+def summarize(cfg: DictConfig, trainer, run_dir: Path) -> dict[str, Any]:
+    """With `algo.eval_at_end`, the held-out table (also in `eval.json`)."""
+    summary: dict[str, Any] = {}
+    if cfg.algo.eval_at_end and cfg.data.num_eval > 1:
+        model = trainer.accelerator.unwrap_model(trainer.model)
+        result = _eval(cfg, model)
+        (Path(run_dir) / "eval.json").write_text(json.dumps(result, indent=2))
+        summary.update(_flat_eval(result))
+    return summary
+
+
+def find_checkpoint(path: str | Path) -> Path:
+    """A dir holding `hypernet.safetensors`, or a run dir / checkpoints dir (its newest complete checkpoint)."""
+    from posttrain.algos.d2l.model import WEIGHTS
+
+    p = Path(path)
+    if (p / WEIGHTS).is_file():
+        return p
+    for root in (p / "checkpoints", p):
+        ckpts = [c for c in complete_checkpoints(root) if (c / WEIGHTS).is_file()]
+        if ckpts:
+            return ckpts[-1]
+    raise CheckpointError(f"{path}: no D2L checkpoint (hypernet.safetensors) found")
+
+
+def load_d2l(cfg: DictConfig, checkpoint: str | Path) -> D2LModel:
+    """Python API: the D2L model for `cfg` with the hypernet of `checkpoint` (a checkpoint, run or checkpoints dir),
+    on the device `cfg.hw` names."""
+    model = build_model(cfg).to(device_for(cfg))
+    model.load_hypernet(find_checkpoint(checkpoint))
+    return model
+
+
+def evaluate(cfg: DictConfig, run_dir: Path, checkpoint: Path | None) -> dict[str, Any]:
+    """`mode=eval`: held-out table for `checkpoint` (None: the untrained hypernet, whose LoRA is zero)."""
+    model = load_d2l(cfg, checkpoint) if checkpoint is not None else build_model(cfg).to(device_for(cfg))
+    result = _eval(cfg, model)
+    (Path(run_dir) / "eval.json").write_text(json.dumps(result, indent=2))
+    return {"algo": "d2l", "mode": "eval", **_flat_eval(result), "eval": result}

@@ -1,0 +1,155 @@
+"""`algo=d2l` schema (Doc-to-LoRA hypernetwork) and its cross-field shape rules, checked before any model loads.
+
+Shapes: the hypernet emits, for every target (layer, module), A `[r, d_in]` and B `[r, d_out]`.
+- `per_rank_gen=true`: the Perceiver emits one latent per (layer, module, rank) and the head maps a latent to one
+  row of A and one row of B; `false`: one latent per (layer, module), the head emits all r rows at once.
+- `per_layer_processing=true`: layer l's latents cross-attend to layer l's activations of the context encoder and
+  each layer has its own heads (so the encoder must run at least up to the deepest target layer);
+  `false`: every latent reads the encoder's last layer and the heads are shared across layers.
+So the aggregator has `num_layers * num_modules * (rank if per_rank_gen else 1)` queries; `aggregator.num_queries`
+may be left null (derived) or must equal that number.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Optional
+
+from omegaconf import DictConfig
+
+from posttrain.config.validate import ConfigError
+
+
+@dataclass
+class D2LEncoderConfig:
+    # Number of base layers the context encoder runs (early exit); null: as deep as the targets need.
+    early_exit_layer: Optional[int] = None
+    # true: the trimmed frozen copy shares the base's (frozen) tensors — no extra memory; false: a deep copy.
+    share_weights: bool = True
+    # Tokens per chunk the encoder reads at once. A longer document is split into chunks, one generated LoRA per
+    # chunk, concatenated along the rank; past max_chunks chunks it is cut (max_chunks=1: truncate to
+    # max_doc_length). The in-context teacher and baseline read exactly the same (cut) document.
+    max_doc_length: int = 256
+    max_chunks: int = 4
+
+
+@dataclass
+class D2LAggregatorConfig:
+    num_blocks: int = 2
+    latent_size: int = 64
+    num_heads: int = 4
+    # null: derived (layers * modules * (rank if per_rank_gen else 1)); when set it must equal that number.
+    num_queries: Optional[int] = None
+    mlp_ratio: int = 2
+
+
+@dataclass
+class D2LAlgoConfig:
+    name: str = "d2l"
+    target_modules: list[str] = field(default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj"])
+    layers: Optional[list[int]] = None  # base layers that get a generated LoRA; null: all
+    rank: int = 4
+    alpha: float = 8.0  # update = alpha / rank * B^T A x
+    per_rank_gen: bool = True
+    per_layer_processing: bool = True
+    bias_lora_rank: int = 0  # >0: a learned, document-independent LoRA block added to the generated one
+    encoder: D2LEncoderConfig = field(default_factory=D2LEncoderConfig)
+    aggregator: D2LAggregatorConfig = field(default_factory=D2LAggregatorConfig)
+    ce_coef: float = 1.0
+    kl_coef: float = 0.0  # >0: distil from the base model reading the document in context (top-k, cached)
+    kl_top_k: int = 16
+    kl_temperature: float = 1.0
+    l1_coef: float = 0.0  # L1 penalty on the generated A/B entries (mean |.|)
+    max_length: int = 128  # question + answer tokens (student); the teacher adds the document
+    max_new_tokens: int = 12
+    eval_at_end: bool = True  # held-out evaluation after training (summary.json["eval"])
+    eval_batch_size: int = 16
+
+
+def target_layers(cfg: DictConfig) -> list[int]:
+    n = int(cfg.model.arch.num_hidden_layers)
+    return list(range(n)) if cfg.algo.layers is None else sorted(int(i) for i in cfg.algo.layers)
+
+
+def encoder_depth(cfg: DictConfig) -> int:
+    """How many base layers the context encoder runs."""
+    if cfg.algo.encoder.early_exit_layer is not None:
+        return int(cfg.algo.encoder.early_exit_layer)
+    return max(target_layers(cfg)) + 1
+
+
+def num_queries(cfg: DictConfig) -> int:
+    algo = cfg.algo
+    return len(target_layers(cfg)) * len(algo.target_modules) * (algo.rank if algo.per_rank_gen else 1)
+
+
+def _expert_target(cfg: DictConfig, name: str) -> str | None:
+    """The MoE expert parameter `name` would target (experts are batched `nn.Parameter`s, not linear layers)."""
+    if not (cfg.model.family == "gpt_oss" or cfg.model.arch.get("num_local_experts")):
+        return None
+    experts = [str(p) for p in cfg.model.lora.expert_parameters]
+    for path in experts:
+        if name in (path, path.rsplit(".", 1)[-1]) or path.endswith("." + name):
+            return path
+    if "experts" in name.split("."):
+        return experts[0].rsplit(".", 1)[0] if experts else name
+    return None
+
+
+def _check_targets(cfg: DictConfig) -> None:
+    """Generated LoRA wraps linear layers only: a MoE's experts are refused here, before any weight loads."""
+    if cfg.model.lora.experts:
+        raise ConfigError("model.lora.experts=true with algo=d2l: D2L does not use model.lora (it generates LoRA "
+                          "for the linear layers in algo.target_modules) and cannot target MoE experts")
+    for name in cfg.algo.target_modules:
+        path = _expert_target(cfg, str(name))
+        if path is not None:
+            raise ConfigError(
+                f"algo.target_modules: {name} is a MoE expert weight ({path}: one batched parameter for all experts, "
+                f"not a linear layer); D2L generates LoRA for linear layers only (e.g. q_proj, k_proj, v_proj, o_proj)"
+            )
+
+
+def validate_d2l(cfg: DictConfig) -> None:
+    algo, agg = cfg.algo, cfg.algo.aggregator
+    n_layers = int(cfg.model.arch.num_hidden_layers)
+    for key, value in (("rank", algo.rank), ("aggregator.num_blocks", agg.num_blocks),
+                       ("aggregator.latent_size", agg.latent_size), ("aggregator.num_heads", agg.num_heads),
+                       ("max_length", algo.max_length), ("encoder.max_doc_length", algo.encoder.max_doc_length),
+                       ("encoder.max_chunks", algo.encoder.max_chunks),
+                       ("alpha", algo.alpha), ("eval_batch_size", algo.eval_batch_size)):
+        if value <= 0:
+            raise ConfigError(f"algo.{key}={value} must be > 0")
+    for key in ("ce_coef", "kl_coef", "l1_coef", "bias_lora_rank"):
+        if algo[key] < 0:
+            raise ConfigError(f"algo.{key}={algo[key]} must be >= 0")
+    if algo.ce_coef == 0 and algo.kl_coef == 0:
+        raise ConfigError("algo.ce_coef and algo.kl_coef are both 0: nothing to train on")
+    if algo.kl_coef > 0 and algo.kl_top_k < 1:
+        raise ConfigError(f"algo.kl_top_k={algo.kl_top_k} must be >= 1 when algo.kl_coef > 0")
+    if agg.latent_size % agg.num_heads:
+        raise ConfigError(f"algo.aggregator.latent_size={agg.latent_size} must be divisible by num_heads={agg.num_heads}")
+    if not algo.target_modules:
+        raise ConfigError("algo.target_modules is empty: name at least one linear layer (e.g. [q_proj])")
+    _check_targets(cfg)
+    layers = target_layers(cfg)
+    if not layers or min(layers) < 0 or max(layers) >= n_layers or len(set(layers)) != len(layers):
+        raise ConfigError(f"algo.layers={list(layers)} must be distinct layer indices in [0, {n_layers})")
+    depth = encoder_depth(cfg)
+    if not 1 <= depth <= n_layers:
+        raise ConfigError(f"algo.encoder.early_exit_layer={depth} must be in [1, {n_layers}]")
+    if algo.per_layer_processing and depth < max(layers) + 1:
+        raise ConfigError(
+            f"algo.per_layer_processing=true reads layer {max(layers)}'s activations but "
+            f"algo.encoder.early_exit_layer={depth} stops before it (raise it, or set per_layer_processing=false)"
+        )
+    expected = num_queries(cfg)
+    if agg.num_queries is not None and agg.num_queries != expected:
+        per = "(layer, module, rank)" if algo.per_rank_gen else "(layer, module)"
+        raise ConfigError(
+            f"algo.aggregator.num_queries={agg.num_queries} but per_rank_gen={algo.per_rank_gen} needs one latent per "
+            f"{per} = {expected} (set it to {expected} or null)"
+        )
+    if not str(cfg.data.name).startswith("d2l"):
+        raise ConfigError(f"algo=d2l needs a document QA data set (data=d2l_synth or data=d2l_squad), got data={cfg.data.name}")
+

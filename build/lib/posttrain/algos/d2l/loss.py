@@ -1,0 +1,47 @@
+"""D2L objective: CE on the answer tokens (no document in the prompt), optional top-k KL to the in-context
+teacher, optional L1 on the generated A/B. Logits are computed only at answer positions, in fp32."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+
+from posttrain.data.chat import IGNORE_INDEX, check_labels
+
+
+def answer_logits(model: Any, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor, Any]:
+    """(fp32 logits at the positions predicting answer tokens [n, V], their targets [n], the generated LoRA)."""
+    hidden, lora = model(batch["ctx_ids"], batch["ctx_mask"], batch["input_ids"], batch["attention_mask"],
+                         ctx_doc=batch.get("ctx_doc"))
+    labels = batch["labels"][:, 1:]
+    check_labels(labels)
+    sel = labels != IGNORE_INDEX
+    logits = model.base.get_output_embeddings()(hidden[:, :-1][sel]).float()
+    return logits, labels[sel], lora
+
+
+def topk_kl(logits: torch.Tensor, t_idx: torch.Tensor, t_logp: torch.Tensor, temperature: float = 1.0) -> torch.Tensor:
+    """KL(teacher || student) over the teacher's top-k tokens (teacher renormalised on them), mean over tokens."""
+    s_logp = F.log_softmax(logits / temperature, dim=-1).gather(-1, t_idx.long())
+    t_logp = t_logp.float() - torch.logsumexp(t_logp.float(), dim=-1, keepdim=True)
+    return (t_logp.exp() * (t_logp - s_logp)).sum(-1).mean()
+
+
+def d2l_loss(model: Any, batch: dict[str, torch.Tensor], ce_coef: float = 1.0, kl_coef: float = 0.0,
+             l1_coef: float = 0.0, kl_temperature: float = 1.0) -> tuple[torch.Tensor, dict[str, float]]:
+    logits, targets, lora = answer_logits(model, batch)
+    ce = F.cross_entropy(logits, targets)
+    l1 = lora.l1()
+    loss = ce_coef * ce + l1_coef * l1
+    stats = {"ce_loss": float(ce.detach()), "gen_lora_l1_norm": float(l1.detach())}
+    if kl_coef > 0:
+        if "t_idx" not in batch:
+            raise ValueError("algo.kl_coef > 0 but the batch has no teacher top-k (build the teacher cache)")
+        if batch["t_idx"].shape[0] != logits.shape[0]:
+            raise ValueError(f"teacher top-k has {batch['t_idx'].shape[0]} answer tokens, student {logits.shape[0]}")
+        kl = topk_kl(logits, batch["t_idx"], batch["t_logp"], kl_temperature)
+        loss = loss + kl_coef * kl
+        stats["kl_loss"] = float(kl.detach())
+    return loss, stats

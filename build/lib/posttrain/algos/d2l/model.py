@@ -1,0 +1,213 @@
+"""`D2LModel`: frozen base LM + context encoder + trainable hypernet, with the Python API
+`internalize(doc) -> lora`, `generate(prompt, lora)`, `reset()`, and pickle-free save/load
+(`hypernet.safetensors` + `hypernet_config.json`)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, Sequence
+
+import torch
+from omegaconf import DictConfig
+from safetensors.torch import load_file, save_file
+from torch import nn
+
+from posttrain.algos.d2l.config import encoder_depth, target_layers
+from posttrain.algos.d2l.encoder import ContextEncoder, backbone_of
+from posttrain.algos.d2l.hypernet import Hypernet, HypernetSpec
+from posttrain.algos.d2l.lora import GeneratedLoRA, find_targets, install, set_lora
+from posttrain.errors import CheckpointError
+
+WEIGHTS, SPEC = "hypernet.safetensors", "hypernet_config.json"
+
+
+class D2LModel(nn.Module):
+    """What HF Trainer trains: only `hypernet` has trainable parameters; the base LM is frozen.
+
+    The base LM is registered (so `.to()` moves it) but `hypernet_state_dict()` is what checkpoints hold.
+    """
+
+    def __init__(self, base: nn.Module, tokenizer: Any, spec: HypernetSpec, share_encoder_weights: bool = True,
+                 max_doc_length: int = 256, max_chunks: int = 1):
+        super().__init__()
+        # how `internalize` reads a document: chunks of max_doc_length tokens, at most max_chunks (the rest is cut)
+        self.max_doc_length, self.max_chunks = max_doc_length, max_chunks
+        base.requires_grad_(False)
+        base.eval()
+        self.base = base
+        self.tokenizer = tokenizer
+        self.encoder = ContextEncoder(base, spec.encoder_depth, share_encoder_weights)  # before wrapping
+        layers = backbone_of(base).layers
+        targets = find_targets(layers, spec.layers, spec.modules)
+        spec.paths = {f"{li}.{m}": path for path, (li, m, _) in targets.items()}
+        self.__dict__["wrappers"] = install(layers, targets, spec.alpha / spec.rank)
+        self.hypernet = Hypernet(spec)
+        self.spec = spec
+
+    # -- the frozen base stays in eval mode (no dropout), except that HF layers only checkpoint in train mode ------
+    def train(self, mode: bool = True) -> "D2LModel":
+        self.training = mode
+        self.hypernet.train(mode)
+        self.base.train(mode and self.is_activation_checkpointing)
+        return self
+
+    # -- gradient (activation) checkpointing is the base model's ---------------------------------------------------
+    def activation_checkpointing_enable(self, activation_checkpointing_kwargs: dict | None = None, **kwargs: Any) -> None:
+        if hasattr(self.base, "activation_checkpointing_enable"):
+            self.base.activation_checkpointing_enable(activation_checkpointing_kwargs, **kwargs)
+        else:  # older transformers
+            self.base.gradient_checkpointing_enable(gradient_checkpointing_kwargs=activation_checkpointing_kwargs)
+
+    def activation_checkpointing_disable(self) -> None:
+        fn = getattr(self.base, "activation_checkpointing_disable", None) or self.base.gradient_checkpointing_disable
+        fn()
+
+    def gradient_checkpointing_enable(self, gradient_checkpointing_kwargs: dict | None = None) -> None:
+        self.activation_checkpointing_enable(gradient_checkpointing_kwargs)
+
+    gradient_checkpointing_disable = activation_checkpointing_disable
+
+    @property
+    def is_activation_checkpointing(self) -> bool:
+        flag = getattr(self.base, "is_activation_checkpointing", None)
+        return bool(getattr(self.base, "is_gradient_checkpointing", False) if flag is None else flag)
+
+    is_gradient_checkpointing = is_activation_checkpointing
+
+    @property
+    def device(self) -> torch.device:
+        return next(self.hypernet.parameters()).device
+
+    # -- generation of LoRAs ----------------------------------------------------------------------------------
+    def reset(self) -> None:
+        """Remove any applied LoRA: the base model is itself again."""
+        set_lora(self.wrappers, None)
+
+    def apply(self, lora: GeneratedLoRA | None, token_index: torch.Tensor | None = None) -> None:
+        """Apply `lora` (one per batch row, or one per packed segment with `token_index[b, t]`) until `reset()`."""
+        set_lora(self.wrappers, lora, token_index)
+
+    def lora_from_ids(self, ctx_ids: torch.Tensor, ctx_mask: torch.Tensor,
+                      ctx_doc: torch.Tensor | None = None) -> GeneratedLoRA:
+        """One LoRA per document from document chunks (rows of `ctx_ids`; `ctx_doc[c]`: chunk c's document)."""
+        self.reset()  # the encoder shares the base's layers: encode with no LoRA applied
+        feats = self.encoder(ctx_ids, ctx_mask)
+        return self.hypernet(feats, ctx_mask, ctx_doc)
+
+    def forward(self, ctx_ids: torch.Tensor, ctx_mask: torch.Tensor, input_ids: torch.Tensor,
+                attention_mask: torch.Tensor, token_index: torch.Tensor | None = None,
+                ctx_doc: torch.Tensor | None = None) -> tuple[torch.Tensor, GeneratedLoRA]:
+        """Final hidden states of the base with each row's generated LoRA applied, and the LoRA itself."""
+        lora = self.lora_from_ids(ctx_ids, ctx_mask, ctx_doc)
+        self.apply(lora, token_index)
+        out = backbone_of(self.base)(input_ids=input_ids, attention_mask=attention_mask, use_cache=False)
+        return out.last_hidden_state, lora
+
+    def tokenize_docs(self, docs: Sequence[str]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """(chunk ids, chunk mask, chunk -> document) for `docs`, read as in training (`featurize`)."""
+        from posttrain.data.d2l import chunks_of, visible_document
+
+        chunks, doc = [], []
+        for i, d in enumerate(docs):
+            ids = visible_document(d, self.tokenizer, self.max_doc_length, self.max_chunks)[0]
+            parts = chunks_of(ids, self.max_doc_length) or [[]]
+            chunks += parts
+            doc += [i] * len(parts)
+        width = max(len(x) for x in chunks)
+        pad = self.tokenizer.pad_token_id
+        tensor = torch.tensor([x + [pad] * (width - len(x)) for x in chunks], device=self.device)
+        mask = torch.tensor([[1] * len(x) + [0] * (width - len(x)) for x in chunks], device=self.device)
+        return tensor, mask, torch.tensor(doc, device=self.device)
+
+    @torch.no_grad()
+    def internalize(self, doc: str | Sequence[str]) -> GeneratedLoRA:
+        """The LoRA for a document (or one per document of a list), detached."""
+        docs = [doc] if isinstance(doc, str) else list(doc)
+        return self.lora_from_ids(*self.tokenize_docs(docs)).detach()
+
+    @torch.no_grad()
+    def generate(self, prompt: str | Sequence[str], lora: GeneratedLoRA | None = None, max_new_tokens: int = 32,
+                 **gen_kwargs: Any) -> str | list[str]:
+        """Greedy chat completion(s) of the base model with `lora` applied (None: the bare base model)."""
+        from posttrain.models.generation import generate
+
+        prompts = [prompt] if isinstance(prompt, str) else list(prompt)
+        convs = [[{"role": "user", "content": p}] for p in prompts]
+        self.apply(lora)  # one LoRA per prompt: the whole list is one batch
+        try:
+            answers, _ = generate(self.base, self.tokenizer, convs, max_new_tokens=max_new_tokens,
+                                  batch_size=len(convs), **gen_kwargs)
+        finally:
+            self.reset()
+        return answers[0] if isinstance(prompt, str) else answers
+
+    # -- checkpoints: safetensors + JSON, no pickles -----------------------------------------------------------
+    def hypernet_state_dict(self) -> dict[str, torch.Tensor]:
+        return {k: v.detach().contiguous() for k, v in self.hypernet.state_dict().items()}
+
+    def save_hypernet(self, directory: str | Path) -> None:
+        directory = Path(directory)
+        directory.mkdir(parents=True, exist_ok=True)
+        save_file(self.hypernet_state_dict(), str(directory / WEIGHTS))
+        (directory / SPEC).write_text(json.dumps(self.spec.to_dict(), indent=2))
+
+    def load_hypernet(self, directory: str | Path) -> None:
+        directory = Path(directory)
+        if not (directory / WEIGHTS).is_file() or not (directory / SPEC).is_file():
+            raise CheckpointError(f"{directory}: no {WEIGHTS} + {SPEC} (not a D2L checkpoint)")
+        saved = json.loads((directory / SPEC).read_text())
+        mine = self.spec.to_dict()
+        diff = sorted(k for k in mine if k != "paths" and saved.get(k) != mine[k])
+        if diff:
+            raise CheckpointError(f"{directory}: hypernet config differs from this run in {', '.join(diff)}")
+        state = load_file(str(directory / WEIGHTS), device=str(self.device))
+        self.hypernet.load_state_dict(state, strict=True)
+
+
+def hypernet_spec(cfg: DictConfig, base: nn.Module) -> HypernetSpec:
+    algo, agg = cfg.algo, cfg.algo.aggregator
+    layers = target_layers(cfg)
+    found = find_targets(backbone_of(base).layers, layers, list(algo.target_modules))
+    dims: dict[str, list[int]] = {}
+    for _, (li, m, mod) in found.items():
+        d = [int(mod.in_features), int(mod.out_features)]
+        if dims.setdefault(m, d) != d:
+            raise ValueError(f"{m} has shape {d} in layer {li} but {dims[m]} elsewhere: one head per module needs one shape")
+    return HypernetSpec(
+        hidden_size=int(base.config.hidden_size), layers=layers, modules=list(algo.target_modules), dims=dims,
+        rank=algo.rank, alpha=float(algo.alpha), per_rank_gen=algo.per_rank_gen,
+        per_layer_processing=algo.per_layer_processing, bias_lora_rank=algo.bias_lora_rank,
+        encoder_depth=encoder_depth(cfg), num_blocks=agg.num_blocks, latent_size=agg.latent_size,
+        num_heads=agg.num_heads, mlp_ratio=agg.mlp_ratio,
+    )
+
+
+def build_model(cfg: DictConfig) -> D2LModel:
+    """Base model (no PEFT adapters) + hypernet for `cfg`; the hypernet is seeded by `cfg.seed`."""
+    from posttrain.models import load
+
+    base, tokenizer = load(cfg, with_lora=False)
+    spec = hypernet_spec(cfg, base)
+    with torch.random.fork_rng():
+        torch.manual_seed(cfg.seed)
+        enc = cfg.algo.encoder
+        model = D2LModel(base, tokenizer, spec, share_encoder_weights=enc.share_weights,
+                         max_doc_length=enc.max_doc_length, max_chunks=enc.max_chunks)
+    return model
+
+
+def hypernet_parameter_count(cfg: DictConfig) -> int:
+    """Parameters of the hypernet `cfg` builds, counted from the module itself (base and hypernet on the meta
+    device: no weights load), so the memory plan cannot drift from the model."""
+    import warnings
+
+    from transformers import AutoModelForCausalLM
+
+    from posttrain.models import hf_config
+
+    with torch.device("meta"), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        base = AutoModelForCausalLM.from_config(hf_config(cfg.model))
+        hypernet = Hypernet(hypernet_spec(cfg, base))
+    return sum(p.numel() for p in hypernet.parameters())

@@ -1,0 +1,47 @@
+"""HF `Trainer` for the D2L hypernet. The override surface, each small:
+
+1. `compute_loss`: `losses.d2l_loss` (CE on answer tokens, optional top-k KL to the in-context teacher, L1 on the
+   generated A/B) with the shared non-finite guard; `ce_loss`, `kl_loss`, `gen_lora_l1_norm` are averaged over
+   the logging window and added to the logs (HF adds `loss` and `grad_norm` — the hypernet's, the base is frozen).
+2. `_save` / `_load_from_checkpoint`: a checkpoint's model part is the hypernet only (`hypernet.safetensors` +
+   `hypernet_config.json`); optimizer, scheduler and RNG state are HF's own files, so `resume=auto` works.
+   Checkpoints are written atomically (`posttrain.checkpoints.AtomicCheckpointMixin`).
+3. `__init__`: with `teacher=` (kl_coef > 0), the in-context teacher's top-k cache is attached to the training
+   rows *after* HF has placed the model (`Trainer.__init__` moves it to `args.device`), so the teacher computes
+   on the device and in the dtype that training uses; the main process computes and saves it, the others load it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from transformers import Trainer
+
+from posttrain.algos.d2l.loss import d2l_loss
+from posttrain.callbacks.loss_terms import LossTermsMixin
+from posttrain.checkpoints import AtomicCheckpointMixin
+from posttrain.guards import check_finite_loss
+
+
+class D2LTrainer(LossTermsMixin, AtomicCheckpointMixin, Trainer):
+    def __init__(self, *args: Any, ce_coef: float = 1.0, kl_coef: float = 0.0, l1_coef: float = 0.0,
+                 kl_temperature: float = 1.0, teacher: dict[str, Any] | None = None, **kwargs: Any):
+        super().__init__(*args, **kwargs)
+        self.coefs = {"ce_coef": ce_coef, "kl_coef": kl_coef, "l1_coef": l1_coef, "kl_temperature": kl_temperature}
+        if teacher is not None:  # `attach_teacher` keyword arguments (k, temperature, cache_dir, key_parts)
+            from posttrain.algos.d2l.teacher import attach_teacher
+
+            with self.args.main_process_first(local=False, desc="teacher top-k cache"):
+                attach_teacher(self.model, self.train_dataset.rows, **teacher)
+
+    def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
+        loss, stats = d2l_loss(model, inputs, **self.coefs)
+        check_finite_loss(loss, self.state.global_step + 1)
+        self.record_terms(stats)
+        return (loss, None) if return_outputs else loss
+
+    def _save(self, output_dir: str | None = None, state_dict=None) -> None:
+        self.accelerator.unwrap_model(self.model).save_hypernet(output_dir or self.args.output_dir)
+
+    def _load_from_checkpoint(self, resume_from_checkpoint: str, model=None) -> None:
+        self.accelerator.unwrap_model(model or self.model).load_hypernet(resume_from_checkpoint)

@@ -1,0 +1,42 @@
+"""Reward functions from `data.rewards`, wrapped so a failing reward stops training with a clear message."""
+
+from __future__ import annotations
+
+import functools
+from typing import Callable
+
+from omegaconf import DictConfig, OmegaConf
+
+from posttrain.config.validate import ConfigError
+from posttrain.errors import TrainingError
+
+
+def _guard(fn: Callable) -> Callable:
+    name = getattr(fn, "__name__", "reward")
+
+    @functools.wraps(fn)
+    def guarded(prompts, completions, **kwargs):
+        try:
+            out = fn(prompts, completions, **kwargs)
+        except Exception as ex:  # a reward bug must not look like a training signal
+            raise TrainingError(f"reward {name!r} raised {type(ex).__name__}: {ex}") from ex
+        if out is None or len(out) != len(completions):
+            got = "None" if out is None else len(out)
+            raise TrainingError(f"reward {name!r} returned {got} values for {len(completions)} completions")
+        return out
+
+    guarded.value_range = getattr(fn, "value_range", None)  # what the reward histograms bin over
+    return guarded
+
+
+def reward_functions(data_cfg: DictConfig) -> tuple[list[Callable], list[float]]:
+    from posttrain.rewards import build
+
+    specs = OmegaConf.to_container(data_cfg.rewards, resolve=True)
+    if not specs:
+        raise ConfigError(f"data={data_cfg.name} defines no rewards (data.rewards) for GRPO")
+    try:
+        funcs, weights = build(specs)  # type: ignore[arg-type]
+    except (KeyError, TypeError, ValueError) as ex:
+        raise ConfigError(f"data.rewards: {ex.args[0] if ex.args else ex}") from None
+    return [_guard(f) for f in funcs], weights

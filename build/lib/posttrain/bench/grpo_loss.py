@@ -1,0 +1,195 @@
+"""Policy-loss benchmark: forward + backward w.r.t. hidden states, each backend in its own process.
+
+    python -m posttrain.bench grpo_loss --shape 2048,2880,201088 [--backends eager,chunked,liger,fused]
+        [--dtype fp32|bf16] [--rounds 2] [--seq-len 256] [--threads N]
+
+Shape is tokens N, hidden H, vocab V (N = B * seq_len sequences, all tokens unmasked). The loss is
+GRPO with off-policy old log-probs and a k3 KL to reference log-probs (beta 0.04); the LM head weight is
+frozen (no weight gradient), as in LoRA or frozen-head training. Anchor `two_gemm`: `Z = h @ W.T` then
+`Z @ W`, the arithmetic any exact method has to do, timed the same way.
+
+Each (backend, round) is a fresh subprocess: it builds the inputs, runs once untimed at a small token
+count (imports, allocator warm-up), then times one full-size forward+backward. Rounds run round-robin
+over the backends, so drifting machine load hits all of them alike; `seconds` is the minimum over rounds.
+`peak_mib` is the peak resident-set growth over the inputs (the process's VmHWM, reset through
+/proc/self/clear_refs after the inputs are built; a 2 ms RSS sampler where that is not writable), max
+over rounds. One JSON line per backend: seconds, times, peak_mib, ratio_vs_eager, ratio_vs_two_gemm,
+mem_ratio_vs_eager.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+
+
+
+def _rss_kib(field: str = "VmRSS") -> int:
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith(field + ":"):
+                return int(line.split()[1])
+    raise RuntimeError(f"{field} not in /proc/self/status")
+
+
+class _PeakRSS:
+    """Peak RSS (KiB) between start() and stop(): kernel high-water mark if resettable, else sampling."""
+
+    def start(self) -> None:
+        self.base = _rss_kib()
+        try:
+            with open("/proc/self/clear_refs", "w") as f:
+                f.write("5")
+            self.sampler = None
+        except OSError:
+            self.peak, self._stop = self.base, threading.Event()
+            self.sampler = threading.Thread(target=self._sample, daemon=True)
+            self.sampler.start()
+
+    def _sample(self) -> None:
+        while not self._stop.wait(0.002):
+            self.peak = max(self.peak, _rss_kib())
+
+    def stop(self) -> float:
+        """Peak growth in MiB."""
+        if self.sampler is None:
+            peak = _rss_kib("VmHWM")
+        else:
+            self._stop.set()
+            self.sampler.join()
+            peak = max(self.peak, _rss_kib())
+        return (peak - self.base) / 1024.0
+
+
+def _inputs(N, H, V, dtype, seq_len, seed=0):
+    import torch
+
+    g = torch.Generator().manual_seed(seed)
+    T = min(seq_len, N)
+    B = N // T
+    hidden = (torch.randn(B, T, H, generator=g) * 0.5).to(dtype).requires_grad_()
+    weight = torch.empty(V, H, dtype=dtype)
+    for v0 in range(0, V, 16384):  # fill in slices: no [V, H] fp32 temporary for bf16
+        weight[v0:v0 + 16384] = torch.randn(min(16384, V - v0), H, generator=g) * (H ** -0.5)
+    ids = torch.randint(0, V, (B, T), generator=g)
+    mask = torch.ones(B, T, dtype=torch.long)
+    adv = torch.randn(B, generator=g)
+    old = -torch.rand(B, T, generator=g) * 10 - 5
+    ref = old + 0.1 * torch.randn(B, T, generator=g)
+    return hidden, weight, ids, mask, adv, old, ref
+
+
+def _step(backend, hidden, weight, ids, mask, adv, old, ref):
+    import torch
+
+    if backend == "two_gemm":
+        h2 = hidden.detach().reshape(-1, hidden.shape[-1])
+        with torch.no_grad():
+            z = h2 @ weight.t()
+            out = z @ weight
+        del z
+        return out
+    from posttrain.kernels import grpo_loss
+
+    loss, _ = grpo_loss(hidden, weight, ids, mask, adv, old, ref, backend=backend, beta=0.04, loss_type="grpo")
+    loss.backward()
+    return loss
+
+
+def worker(args) -> dict:
+    import torch
+
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    N, H, V = args.shape
+    dtype = {"fp32": torch.float32, "bf16": torch.bfloat16}[args.dtype]
+    inputs = _inputs(N, H, V, dtype, args.seq_len)
+    hidden, weight, ids, mask, adv, old, ref = inputs
+    t = min(16, ids.shape[1])
+    _step(args.backend, hidden[:1, :t].detach().clone().requires_grad_(), weight, ids[:1, :t], mask[:1, :t],
+          adv[:1], old[:1, :t], ref[:1, :t])  # warm-up: imports, first-call paths
+    import gc
+
+    gc.collect()
+    meter = _PeakRSS()
+    meter.start()
+    t0 = time.perf_counter()
+    _step(args.backend, *inputs)
+    seconds = time.perf_counter() - t0
+    peak = meter.stop()
+    return {"backend": args.backend, "seconds": seconds, "peak_mib": peak}
+
+
+def _run_worker(backend: str, args) -> dict:
+    cmd = [sys.executable, "-m", "posttrain.bench.grpo_loss", "--worker", "--backend", backend,
+           "--shape", ",".join(map(str, args.shape)), "--dtype", args.dtype, "--seq-len", str(args.seq_len),
+           "--threads", str(args.threads)]
+    proc = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("{")]
+    if proc.returncode != 0 or not lines:
+        return {"backend": backend, "error": (proc.stderr or proc.stdout).strip().splitlines()[-1:]}
+    return json.loads(lines[-1])
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m posttrain.bench grpo_loss", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--shape", required=True, type=lambda s: tuple(int(x) for x in s.split(",")),
+                   help="N,H,V: tokens, hidden size, vocabulary size")
+    p.add_argument("--backends", default=None, help="comma list (default: every backend native to this device)")
+    p.add_argument("--dtype", default="fp32", choices=("fp32", "bf16"))
+    p.add_argument("--rounds", type=int, default=2)
+    p.add_argument("--seq-len", type=int, default=256)
+    p.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
+    p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+    p.add_argument("--backend", help=argparse.SUPPRESS)
+    args = p.parse_args(argv)
+    if args.worker:
+        print(json.dumps(worker(args)), flush=True)
+        return 0
+
+    if args.backends is None:
+        import torch
+
+        from posttrain.kernels.registry import native_backends
+
+        args.backends = ",".join(native_backends("cuda" if torch.cuda.is_available() else "cpu"))
+    names = ["two_gemm"] + [b for b in args.backends.split(",") if b]
+    runs: dict[str, list[dict]] = {b: [] for b in names}
+    for _ in range(args.rounds):
+        for b in names:
+            runs[b].append(_run_worker(b, args))
+            print(json.dumps({"progress": runs[b][-1]}), file=sys.stderr, flush=True)
+    best = {}
+    for b in names:
+        ok = [r for r in runs[b] if "error" not in r]
+        best[b] = None if not ok else {"seconds": min(r["seconds"] for r in ok),
+                                       "times": [round(r["seconds"], 3) for r in ok],
+                                       "peak_mib": max(r["peak_mib"] for r in ok)}
+    anchor, eager = best.get("two_gemm"), best.get("eager")
+    failed = False
+    for b in names:
+        rec = {"bench": "grpo_loss", "backend": b, "shape": list(args.shape), "dtype": args.dtype,
+               "threads": args.threads or None}
+        if best[b] is None:
+            failed = True
+            rec["error"] = runs[b][-1].get("error")
+        else:
+            rec.update(seconds=round(best[b]["seconds"], 3), times=best[b]["times"],
+                       peak_mib=round(best[b]["peak_mib"], 1))
+            if eager:
+                rec["ratio_vs_eager"] = round(best[b]["seconds"] / eager["seconds"], 3)
+                rec["mem_ratio_vs_eager"] = round(best[b]["peak_mib"] / max(eager["peak_mib"], 1e-9), 4)
+            if anchor:
+                rec["ratio_vs_two_gemm"] = round(best[b]["seconds"] / anchor["seconds"], 3)
+        print(json.dumps(rec), flush=True)
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

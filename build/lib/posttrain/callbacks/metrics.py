@@ -1,0 +1,70 @@
+"""`metrics.jsonl`: one JSON object per logged step, written for every run whatever the logger.
+
+On resume the file is cut back to the checkpoint's step, so the steps that are re-run are not logged twice.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any, Sequence
+
+from transformers import TrainerCallback
+
+# TRL/HF names -> the short names every run's metrics carry (the originals are kept too).
+_ALIASES = {"reward": ("reward",), "kl": ("kl",), "loss": ("loss",)}
+
+
+def _clean(value: Any) -> Any:
+    if isinstance(value, float) and not math.isfinite(value):
+        return None if math.isnan(value) else value
+    return value
+
+
+def read_metrics(path: str | Path) -> list[dict[str, Any]]:
+    path = Path(path)
+    if not path.is_file():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def summary_stats(metrics: list[dict[str, Any]], keys: Sequence[str]) -> dict[str, float]:
+    """`final_<key>`, `<key>_first5_mean` and `<key>_last5_mean` of each key over the logged steps that have it."""
+    out: dict[str, float] = {}
+    for key in keys:
+        vals = [m[key] for m in metrics if m.get(key) is not None]
+        if vals:
+            out[f"final_{key}"] = vals[-1]
+            out[f"{key}_first5_mean"] = sum(vals[:5]) / len(vals[:5])
+            out[f"{key}_last5_mean"] = sum(vals[-5:]) / len(vals[-5:])
+    return out
+
+
+class JsonlMetricsCallback(TrainerCallback):
+    """Append each `on_log` record (train logs only, merged per step) to `<run_dir>/metrics.jsonl`."""
+
+    def __init__(self, path: str | Path, extra: dict[str, Any] | None = None):
+        self.path = Path(path)
+        self.extra = extra or {}
+
+    def on_train_begin(self, args, state, control, **kwargs):
+        if not state.is_world_process_zero:
+            return
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        kept = [r for r in read_metrics(self.path) if r.get("step", 0) <= state.global_step]
+        self.path.write_text("".join(json.dumps(r) + "\n" for r in kept))
+
+    def on_log(self, args, state, control, logs=None, **kwargs):
+        if not state.is_world_process_zero or not logs:
+            return
+        if any(k.startswith("eval_") for k in logs) or "train_runtime" in logs:
+            return
+        record = {"step": state.global_step, **{k: _clean(v) for k, v in logs.items()}}
+        for short, names in _ALIASES.items():
+            for name in names:
+                if name in logs:
+                    record[short] = _clean(logs[name])
+        record.update(self.extra)
+        with self.path.open("a") as fh:
+            fh.write(json.dumps(record) + "\n")

@@ -1,0 +1,53 @@
+"""Compose the config outside @hydra.main (pre-flight for the CLI, tests, notebooks) with one-line errors."""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+from hydra import compose, initialize_config_dir
+from hydra.errors import HydraException
+from omegaconf import DictConfig, OmegaConf
+from omegaconf.errors import OmegaConfBaseException
+
+from posttrain.config.registry import register
+from posttrain.config.validate import ConfigError, validate
+from posttrain.paths import CONF_DIR
+
+
+def _one_line(ex: BaseException) -> str:
+    """Hydra/OmegaConf errors span several lines; keep what names the bad key or choice."""
+    msg = str(ex).strip()
+    cause = ex.__cause__
+    if "Could not find" in msg or "Could not load" in msg:
+        first = msg.splitlines()[0].strip()
+        lines = msg.splitlines()
+        start = next((i for i, ln in enumerate(lines) if ln.startswith("Available options")), len(lines))
+        options = []
+        for ln in lines[start + 1 :]:
+            if not ln.startswith("\t"):
+                break
+            options.append(ln.strip())
+        return f"{first}" + (f" (available: {', '.join(options)})" if options else "")
+    if isinstance(cause, OmegaConfBaseException) or isinstance(ex, OmegaConfBaseException):
+        inner = cause if isinstance(cause, OmegaConfBaseException) else ex
+        key = getattr(inner, "full_key", None)
+        text = str(inner).splitlines()[0].strip()
+        return f"{key}: {text}" if key else text
+    return " ".join(line.strip() for line in msg.splitlines() if line.strip())
+
+
+def load_config(overrides: Sequence[str] = (), validate_rules: bool = True, hf_names: bool = True) -> DictConfig:
+    """Compose conf/config.yaml with overrides; raise ConfigError (one line) on any problem."""
+    register()
+    try:
+        with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+            cfg = compose(config_name="config", overrides=list(overrides))
+    except (HydraException, OmegaConfBaseException) as ex:
+        raise ConfigError(_one_line(ex)) from None
+    if validate_rules:
+        validate(cfg, hf_names=hf_names)
+    return cfg
+
+
+def to_yaml(cfg: DictConfig) -> str:
+    return OmegaConf.to_yaml(cfg, resolve=True)

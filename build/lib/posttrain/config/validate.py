@@ -1,0 +1,90 @@
+"""Cross-field rules checked after composition and before any model loads (one-line `ConfigError`s)."""
+
+from __future__ import annotations
+
+from omegaconf import DictConfig
+
+from posttrain.config.finite import check_finite
+from posttrain.errors import ConfigError
+from posttrain.kernels.registry import CHOICES as KERNEL_CHOICES
+
+__all__ = ["ConfigError", "check_choices", "check_positive", "validate"]
+
+
+_CHOICES = {
+    "mode": ("train", "plan", "eval"),
+    "model.family": ("llama", "gpt_oss"),
+    "model.dtype": ("auto", "float32", "bfloat16", "float16"),
+    "hw.precision": ("fp32", "bf16", "fp16"),
+    "kernels.backend": KERNEL_CHOICES,
+    "logger.name": ("jsonl", "wandb"),
+    "data.source": ("generator", "hub", "jsonl"),
+}
+
+
+def _get(cfg: DictConfig, dotted: str):
+    node = cfg
+    for part in dotted.split("."):
+        node = node[part]
+    return node
+
+
+def check_choices(cfg: DictConfig, choices: dict, prefix: str = "") -> None:
+    """Each dotted key of `choices` must hold one of its allowed values (`prefix` names `cfg` in the message)."""
+    for key, allowed in choices.items():
+        value = _get(cfg, key)
+        if value not in allowed:
+            raise ConfigError(f"{prefix}{key}={value!r} is not one of {', '.join(allowed)}")
+
+
+def check_positive(cfg: DictConfig, keys: tuple[str, ...], strict: bool = True) -> None:
+    for key in keys:
+        value = _get(cfg, key)
+        if value < 0 or (strict and value == 0):
+            raise ConfigError(f"{key}={value} must be {'> 0' if strict else '>= 0'}")
+
+
+def _check_hf_names(cfg: DictConfig) -> None:
+    """Scheduler and optimizer names HF TrainingArguments accepts (else a traceback deep in the trainer)."""
+    from transformers.trainer_utils import SchedulerType
+    from transformers.training_args import OptimizerNames
+
+    for key, enum in (("trainer.lr_scheduler", SchedulerType), ("hw.optimizer", OptimizerNames)):
+        value = _get(cfg, key)
+        allowed = [e.value for e in enum]
+        if value not in allowed:
+            raise ConfigError(f"{key}={value!r} is not one of {', '.join(allowed)}")
+    fallback = cfg.hw.get("optimizer_fallback")
+    if fallback is not None and fallback not in [e.value for e in OptimizerNames]:
+        raise ConfigError(f"hw.optimizer_fallback={fallback!r} is not an HF optimizer name")
+
+
+def validate(cfg: DictConfig, hf_names: bool = True) -> None:
+    """Raise ConfigError on the first rule the composed config breaks.
+
+    `hf_names=False` skips the scheduler/optimizer name check, which imports transformers (and so torch): the CLI's
+    pre-check stays fast and `posttrain.run.run` checks them before anything loads.
+    """
+    check_finite(cfg)  # nan/inf in any numeric field of any group, before the rules below compare numbers
+    check_choices(cfg, _CHOICES)
+    check_positive(cfg, ("trainer.max_steps", "trainer.per_device_batch_size", "trainer.grad_accum", "trainer.lr"))
+    check_positive(cfg, ("trainer.save_steps", "trainer.weight_decay", "trainer.warmup_steps"), strict=False)
+    check_positive(cfg, ("trainer.logging_steps", "hw.num_devices", "hw.device_gib"))
+    if hf_names:
+        _check_hf_names(cfg)
+    if cfg.resume not in (None, "auto") and not isinstance(cfg.resume, str):
+        raise ConfigError(f"resume={cfg.resume!r} must be null, auto or a checkpoint path")
+    if cfg.model.quantization == "mxfp4" and cfg.model.family != "gpt_oss":
+        raise ConfigError("model.quantization=mxfp4 is only for GPT-OSS checkpoints")
+    if cfg.model.quantization not in (None, "mxfp4", "bnb4"):
+        raise ConfigError(f"model.quantization={cfg.model.quantization!r} is not one of mxfp4, bnb4, null")
+    if cfg.model.family == "gpt_oss" and cfg.model.hub_id and cfg.model.quantization == "bnb4":
+        raise ConfigError(
+            "model.quantization=bnb4 on GPT-OSS: its MXFP4 checkpoint is dequantized to bf16, never combined "
+            "with a bitsandbytes config"
+        )
+    if cfg.model.lora.experts and cfg.model.family != "gpt_oss":
+        raise ConfigError("model.lora.experts=true needs a MoE model (family gpt_oss)")
+    from posttrain.algos.registry import get_algorithm
+
+    get_algorithm(cfg.algo.name).validate(cfg)

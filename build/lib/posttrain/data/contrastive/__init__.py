@@ -1,0 +1,52 @@
+"""Prompt-injection triplets for `algo=contrastive`: generator, JSONL schema/loader, tokenization and collation."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from omegaconf import DictConfig
+
+from posttrain.data.contrastive.encode import TripletCollator, TripletDataset, pad_rows, user_message
+from posttrain.data.contrastive.generate import generate_triplets, write_jsonl
+from posttrain.data.contrastive.schema import ROLES, load_triplets, validate_row
+from posttrain.data.contrastive.templates import ATTACK_TYPES, TASK_KINDS
+from posttrain.errors import DataError
+
+__all__ = [
+    "ROLES", "TripletCollator", "TripletDataset", "build_triplets", "generate_triplets", "load_triplets",
+    "pad_rows", "user_message", "validate_row", "write_jsonl",
+]
+
+
+def _param(data_cfg: DictConfig, key: str, default: Any) -> Any:
+    value = data_cfg.params.get(key, default)
+    return list(value) if hasattr(value, "__iter__") and not isinstance(value, str) else value
+
+
+def build_triplets(data_cfg: DictConfig, split: str) -> list[dict[str, Any]]:
+    """Rows for `split` (train | eval). Training never holds held-out attack templates unless
+    `data.params.train_templates=all` (the deliberately vulnerable 'before' model of the experiment)."""
+    train_templates = _param(data_cfg, "train_templates", "train")
+    if data_cfg.source == "generator":
+        kw = dict(task_kinds=_param(data_cfg, "task_kinds", list(TASK_KINDS)),
+                  attack_types=_param(data_cfg, "attack_types", list(ATTACK_TYPES)))
+        if split == "train":
+            rows = generate_triplets(data_cfg.num_train, data_cfg.seed, train_templates, **kw)
+        else:  # eval: fresh examples over every template, train and held-out
+            rows = generate_triplets(data_cfg.num_eval, data_cfg.seed, "all", **kw)
+    elif data_cfg.source == "jsonl":
+        path = data_cfg.path if split == "train" else _param(data_cfg, "eval_path", None)
+        if not path:
+            raise DataError(f"data.source=jsonl needs {'data.path' if split == 'train' else 'data.params.eval_path'}")
+        rows = load_triplets(path)
+        limit = data_cfg.num_train if split == "train" else data_cfg.num_eval
+        rows = rows[:limit] if limit else rows
+    else:
+        raise DataError(f"data.source={data_cfg.source} is not supported by algo=contrastive (generator, jsonl)")
+    if split == "train" and train_templates != "all":
+        leaked = [r["id"] for r in rows if r["heldout"]]
+        if leaked:
+            raise DataError(f"{len(leaked)} training triplets use held-out attack templates (first: {leaked[0]})")
+    if not rows:
+        raise DataError(f"data {data_cfg.name!r} has no {split} triplets")
+    return rows

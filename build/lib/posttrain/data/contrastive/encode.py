@@ -1,0 +1,108 @@
+"""Tokenize triplets with the chat template and pad them with ONE rule shared by the dataset and the collator.
+
+Padding rule (`pad_rows`): right padding — pad id for `input_ids`, -100 for `labels`, 0 for `attention_mask` and
+`pool_mask`. Right padding keeps every real token at the position it has unpadded (position ids 0..n-1 under a
+causal mask), so neither the LM loss nor the pooled representation depends on how much padding a row gets.
+The dataset may pre-pad to `max_length` (static shapes); the collator pads the 3×B rows of a batch to the
+longest with the same function, so a pre-padded row passes through unchanged.
+
+Batch layout (what the model sees in its single forward): rows [0, B) benign, [B, 2B) counterfactual,
+[2B, 3B) injected, example k at row k of each block.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+import torch
+from torch.utils.data import Dataset
+
+from posttrain.data.chat import IGNORE_INDEX, assistant_labels, check_labels
+from posttrain.data.contrastive.schema import ROLES
+from posttrain.errors import DataError
+
+FIELDS = ("input_ids", "attention_mask", "labels", "pool_mask")
+
+
+def user_message(request: str, data: str) -> dict[str, str]:
+    return {"role": "user", "content": f"{request}\n---\n{data}"}
+
+
+def target_of(row: dict[str, Any], role: str, injected_target: str = "answer") -> str:
+    """Expected assistant reply: the benign answer, also under injection (`injected_target=witness` builds the
+    deliberately vulnerable model that follows injections, used as the 'before' of the experiment)."""
+    if role == "injected" and injected_target == "witness":
+        return row["witness"]
+    return row["answer"]
+
+
+def encode_member(tokenizer: Any, request: str, data: str, answer: str, max_length: int, pool: str = "prompt"):
+    """input_ids / attention_mask / labels (assistant tokens only) / pool_mask (prompt tokens, or all tokens)."""
+    enc = assistant_labels(tokenizer, [user_message(request, data), {"role": "assistant", "content": answer}])
+    n = len(enc["input_ids"])
+    if n > max_length:
+        raise DataError(f"a triplet member is {n} tokens, longer than algo.max_length={max_length}")
+    check_labels(torch.tensor(enc["labels"]), where="contrastive triplet")
+    if pool == "prompt":
+        pool_mask = [int(lab == IGNORE_INDEX) for lab in enc["labels"]]
+    elif pool == "all":
+        pool_mask = [1] * n
+    else:
+        raise ValueError(f"pool={pool!r} is not one of prompt, all")
+    return {**enc, "pool_mask": pool_mask}
+
+
+def pad_rows(rows: Sequence[dict[str, Sequence[int]]], pad_id: int, length: int | None = None) -> dict[str, torch.Tensor]:
+    """Right-pad `rows` (dicts of int lists with FIELDS) to `length` (default: the longest) into tensors."""
+    longest = max(len(r["input_ids"]) for r in rows)
+    length = longest if length is None else length
+    if longest > length:
+        raise DataError(f"row of {longest} tokens does not fit the padded length {length}")
+    fill = {"input_ids": pad_id, "labels": IGNORE_INDEX, "attention_mask": 0, "pool_mask": 0}
+    out = {}
+    for key in FIELDS:
+        out[key] = torch.tensor([list(r[key]) + [fill[key]] * (length - len(r[key])) for r in rows], dtype=torch.long)
+    return out
+
+
+class TripletDataset(Dataset):
+    """Tokenized triplets: item = {role: {FIELDS...}} for benign / counterfactual / injected (+ `meta`)."""
+
+    def __init__(self, rows: list[dict[str, Any]], tokenizer: Any, max_length: int, pool: str = "prompt",
+                 injected_target: str = "answer", pad_to_max_length: bool = False):
+        if injected_target not in ("answer", "witness"):
+            raise DataError(f"data.params.injected_target={injected_target!r} is not one of answer, witness")
+        pad_id = tokenizer.pad_token_id
+        self.rows = rows
+        self.items = []
+        for row in rows:
+            item = {}
+            for role in ROLES:
+                m = row[role]
+                enc = encode_member(tokenizer, m["request"], m["data"], target_of(row, role, injected_target),
+                                    max_length, pool)
+                if pad_to_max_length:  # the collator's rule, applied early
+                    enc = {k: v[0].tolist() for k, v in pad_rows([enc], pad_id, max_length).items()}
+                item[role] = enc
+            self.items.append(item)
+
+    def __len__(self) -> int:
+        return len(self.items)
+
+    def __getitem__(self, i: int) -> dict[str, Any]:
+        return self.items[i]
+
+
+class TripletCollator:
+    """B triplets -> one 3B-row batch (benign block, counterfactual block, injected block), right-padded."""
+
+    def __init__(self, pad_id: int, pad_to_multiple_of: int | None = None):
+        self.pad_id = pad_id
+        self.multiple = pad_to_multiple_of
+
+    def __call__(self, items: list[dict[str, Any]]) -> dict[str, torch.Tensor]:
+        rows = [item[role] for role in ROLES for item in items]
+        length = max(len(r["input_ids"]) for r in rows)
+        if self.multiple:
+            length = -(-length // self.multiple) * self.multiple
+        return pad_rows(rows, self.pad_id, length)

@@ -1,0 +1,98 @@
+"""D2L data: (document, question, answer) records — offline synthetic documents or SQuAD-style sets — and their
+tokenization into the three views D2L needs: the document alone (context encoder, in chunks), the question alone
+(student, labels on the answer) and document + question (in-context teacher and baseline), where both document
+views hold exactly the same, possibly cut, document."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from omegaconf import DictConfig
+
+from posttrain.data.chat import IGNORE_INDEX, assistant_labels, check_labels
+from posttrain.data.d2l.squad import load_squad
+from posttrain.data.d2l.synthetic import ATTRIBUTES, synthetic_documents, synthetic_qa
+from posttrain.errors import DataError
+
+__all__ = ["ATTRIBUTES", "chunks_of", "d2l_records", "featurize", "in_context_prompt", "load_squad",
+           "synthetic_documents", "synthetic_qa", "visible_document"]
+
+
+def _split_by_doc(records: list[dict[str, Any]], num_train: int, num_eval: int) -> tuple[list, list]:
+    """First `num_train` documents for training, the last `num_eval` (disjoint) held out."""
+    doc_ids = sorted({r["doc_id"] for r in records})
+    if len(doc_ids) < num_eval + 1:
+        raise DataError(f"only {len(doc_ids)} documents: cannot hold out {num_eval} and still train")
+    held = set(doc_ids[len(doc_ids) - num_eval:]) if num_eval else set()
+    train_ids = set([d for d in doc_ids if d not in held][:num_train])
+    return [r for r in records if r["doc_id"] in train_ids], [r for r in records if r["doc_id"] in held]
+
+
+def d2l_records(data_cfg: DictConfig) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """(train, held-out) QA records for `data_cfg`; held-out documents never appear in training."""
+    params = dict(data_cfg.params)
+    if data_cfg.source == "generator":
+        if data_cfg.name != "d2l_synth":
+            raise DataError(f"data.name={data_cfg.name!r} has no D2L generator (available: d2l_synth)")
+        train = synthetic_qa(data_cfg.num_train, seed=data_cfg.seed, held_out=False, **params)
+        held = synthetic_qa(data_cfg.num_eval, seed=data_cfg.seed, held_out=True, **params)
+        return train, held
+    if not data_cfg.path:
+        raise DataError(f"data.source={data_cfg.source} needs data.path (a file, or a hub name such as rajpurkar/squad)")
+    eval_split = params.get("eval_split")
+    if eval_split:  # separate hub split for held-out documents
+        train = _split_by_doc(load_squad(data_cfg.path, data_cfg.split), data_cfg.num_train, 0)[0]
+        held_all = load_squad(data_cfg.path, eval_split)
+        return train, _split_by_doc(held_all, 0, min(data_cfg.num_eval, len({r['doc_id'] for r in held_all}) - 1))[1]
+    return _split_by_doc(load_squad(data_cfg.path, data_cfg.split), data_cfg.num_train, data_cfg.num_eval)
+
+
+def in_context_prompt(document: str, question: str) -> str:
+    return f"{document}\n\n{question}"
+
+
+def visible_document(document: str, tokenizer: Any, max_doc_length: int, max_chunks: int = 1) -> tuple[list[int], str]:
+    """What D2L reads of `document`: its first `max_doc_length * max_chunks` tokens, and the same tokens as text.
+
+    The hypernet reads the ids (in chunks of `max_doc_length`); the in-context teacher and baseline read the text,
+    so both see the same document (a cut inside a multi-byte character or a merge may retokenize differently at
+    the very end of the cut text).
+    """
+    ids = tokenizer(document, add_special_tokens=False)["input_ids"]
+    cap = max_doc_length * max_chunks
+    if len(ids) <= cap:
+        return ids, document
+    return ids[:cap], tokenizer.decode(ids[:cap])
+
+
+def chunks_of(ids: list[int], max_doc_length: int) -> list[list[int]]:
+    """The encoder's chunks of a visible document: consecutive runs of at most `max_doc_length` tokens."""
+    return [ids[i:i + max_doc_length] for i in range(0, len(ids), max_doc_length)]
+
+
+def featurize(record: dict[str, Any], tokenizer: Any, max_length: int, max_doc_length: int,
+              max_chunks: int = 1) -> dict[str, Any]:
+    """Token ids for one record: the visible document `ctx_ids` and its `ctx_chunks` (of at most `max_doc_length`
+    tokens each, at most `max_chunks`), student `input_ids/labels`, teacher `t_input_ids/t_labels` (the teacher
+    reads exactly the visible document)."""
+    ctx, document = visible_document(record["document"], tokenizer, max_doc_length, max_chunks)
+    if not ctx:
+        raise DataError(f"the document of {record['question']!r} is empty: nothing to internalize")
+    answer = [{"role": "assistant", "content": record["answer"]}]
+    student = assistant_labels(tokenizer, [{"role": "user", "content": record["question"]}] + answer, max_length)
+    teacher = assistant_labels(
+        tokenizer,
+        [{"role": "user", "content": in_context_prompt(document, record["question"])}] + answer,
+        max_length + len(ctx) + 8,  # + a few tokens where the cut text retokenizes differently
+    )
+    import torch
+
+    for name, view in (("student", student), ("in-context", teacher)):
+        check_labels(torch.tensor(view["labels"]), where=f"{name} view of {record['question']!r}")
+    n_s = sum(t != IGNORE_INDEX for t in student["labels"])
+    n_t = sum(t != IGNORE_INDEX for t in teacher["labels"])
+    if n_s != n_t:
+        raise DataError(f"answer of {record['question']!r} truncated differently with and without the document "
+                        f"({n_s} vs {n_t} tokens): raise algo.max_length")
+    return {"ctx_ids": ctx, "ctx_chunks": chunks_of(ctx, max_doc_length), "input_ids": student["input_ids"], "labels": student["labels"],
+            "t_input_ids": teacher["input_ids"], "t_labels": teacher["labels"]}

@@ -1,0 +1,114 @@
+"""Apply a hardware profile (`conf/hw/*.yaml`) to a composed config: one function, `apply_profile(cfg)`.
+
+What a profile decides and where it lands:
+- precision: the model dtype (`model.dtype=auto` resolves from `hw.precision`) and TrainingArguments bf16/fp16
+  (`posttrain.training_args`); TF32: `torch.set_float32_matmul_precision("high")` here.
+- attention: `model.attn_implementation` from `hw.attn_implementation[family]` when the model file leaves it null.
+- gradient checkpointing (`use_reentrant=False`): `posttrain.training_args.gradient_checkpointing` (HF Trainer).
+- `PYTORCH_CUDA_ALLOC_CONF`: set here (before the first CUDA allocation).
+- optimizer: `hw.optimizer`, or `hw.optimizer_fallback` when it needs bitsandbytes and that is not installed.
+- default batch: `hw.per_device_batch_size` replaces `trainer.per_device_batch_size` unless the command line
+  set it (rounded up to a multiple of the algorithm's `batch_multiple`).
+- vLLM: `hw.vllm_mode` for `algo.generation.vllm_mode` unless the command line set it.
+- kernels: `hw.kernels` replaces the default `kernels=trl` unless the command line chose one (tpu: pallas).
+- the algorithm's own keys (e.g. a vLLM mode from `hw.vllm_mode`): `Algorithm.apply_hardware`.
+- more than one device: `posttrain.launch.launch_hint(cfg)` is the `python -m posttrain.launch ...` line
+  (accelerate with conf/accelerate/<hw.accelerate_config>.yaml); the plan shards state (`sharding(hw)`).
+
+`posttrain.run.run` applies the profile once, before planning or training; everything after reads the result.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+from typing import Any
+
+import torch
+from omegaconf import DictConfig, open_dict
+
+BNB_OPTIMIZERS = ("8bit", "paged_")  # HF optim names that need bitsandbytes
+
+
+def cli_overrides() -> set[str]:
+    """Keys set on the command line (`trainer.per_device_batch_size`, `kernels`, ...); empty outside Hydra."""
+    from hydra.core.hydra_config import HydraConfig
+
+    if not HydraConfig.initialized():
+        return set()
+    keys = set()
+    for item in HydraConfig.get().overrides.task:
+        key = item.split("=", 1)[0].lstrip("+~")
+        keys.add(key.split("@", 1)[0])
+    return keys
+
+
+def has_bitsandbytes() -> bool:
+    return importlib.util.find_spec("bitsandbytes") is not None
+
+
+def resolve_optimizer(hw: DictConfig) -> str:
+    """The HF `optim` name to train with: bitsandbytes optimizers fall back when bitsandbytes is missing."""
+    name = hw.optimizer
+    if any(tag in name for tag in BNB_OPTIMIZERS) and not has_bitsandbytes() and hw.optimizer_fallback:
+        return hw.optimizer_fallback
+    return name
+
+
+def default_batch(cfg: DictConfig, batch: int) -> int:
+    """Round `batch` up until the global batch is a multiple of the algorithm's unit (e.g. whole groups)."""
+    from posttrain.algos.registry import get_algorithm
+
+    multiple = get_algorithm(cfg.algo.name).batch_multiple(cfg)
+    while (batch * cfg.trainer.grad_accum * cfg.hw.num_devices) % multiple:
+        batch += 1
+    return batch
+
+
+def apply_profile(cfg: DictConfig, overrides: set[str] | None = None) -> dict[str, Any]:
+    """Apply `cfg.hw` to `cfg` (in place) and to the process (TF32, allocator); returns what it set."""
+    hw = cfg.hw
+    given = cli_overrides() if overrides is None else overrides
+    applied: dict[str, Any] = {}
+    with open_dict(cfg):
+        if not cfg.model.attn_implementation:
+            impl = dict(hw.attn_implementation).get(cfg.model.family)
+            if impl:
+                cfg.model.attn_implementation = impl
+                applied["model.attn_implementation"] = impl
+        optim = resolve_optimizer(hw)
+        if optim != hw.optimizer:
+            applied["hw.optimizer"] = optim
+            hw.optimizer = optim
+        if hw.per_device_batch_size and "trainer.per_device_batch_size" not in given:
+            batch = default_batch(cfg, int(hw.per_device_batch_size))
+            if batch != cfg.trainer.per_device_batch_size:
+                cfg.trainer.per_device_batch_size = batch
+                applied["trainer.per_device_batch_size"] = batch
+        if hw.kernels and cfg.kernels.backend == "trl" and not {"kernels", "kernels.backend"} & given:
+            cfg.kernels.backend = hw.kernels
+            applied["kernels.backend"] = hw.kernels
+    from posttrain.algos.registry import get_algorithm
+
+    applied.update(get_algorithm(cfg.algo.name).apply_hardware(cfg, given))
+    if hw.tf32:
+        torch.set_float32_matmul_precision("high")
+        applied["float32_matmul_precision"] = "high"
+    if hw.alloc_conf and hw.device == "cuda":
+        os.environ.setdefault("PYTORCH_CUDA_ALLOC_CONF", hw.alloc_conf)
+        applied["PYTORCH_CUDA_ALLOC_CONF"] = os.environ["PYTORCH_CUDA_ALLOC_CONF"]
+    return applied
+
+
+def sharding(hw: DictConfig) -> str:
+    """How the multi-device strategy splits state: none | optimizer | grads+optimizer | all."""
+    name = (hw.accelerate_config or "").lower()
+    if hw.num_devices <= 1:
+        return "none"
+    if "zero3" in name or "fsdp" in name:
+        return "all"
+    if "zero2" in name:
+        return "grads+optimizer"
+    if "zero1" in name:
+        return "optimizer"
+    return "none"

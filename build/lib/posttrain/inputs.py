@@ -1,0 +1,66 @@
+"""Checks of a run's inputs that the CLI makes before Hydra writes anything: the run directory can be created, and
+the local data file reads as the loaders will read it (UTF-8, well-formed rows, valid prompts).
+
+Each problem is a one-line `UserError` (exit 2). Nothing here imports torch; the data check imports `datasets`
+only when the run has a local data file.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Sequence
+
+from omegaconf import DictConfig, OmegaConf
+
+from posttrain.errors import DataError, UserError
+
+
+class RunDirError(UserError):
+    """The run directory cannot be created or written."""
+
+
+def _run_dir_template(overrides: Sequence[str]) -> str:
+    """`hydra.run.dir` as configured (unresolved: `runs/${now:...}/...`)."""
+    from hydra import compose, initialize_config_dir
+
+    from posttrain.config.compose import CONF_DIR
+
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+        cfg = compose(config_name="config", overrides=list(overrides), return_hydra_config=True)
+    return cfg.hydra.run._get_node("dir")._value()
+
+
+def check_run_dir(run_dir: str) -> None:
+    """RunDirError unless `run_dir` (a path, possibly with `${...}` parts not resolved yet) exists as a writable
+    directory or can be created: its nearest existing ancestor must be a writable directory. Creates nothing."""
+    fixed = run_dir.split("${", 1)[0]  # the part known before Hydra resolves the rest
+    target = Path(fixed or ".").absolute()
+    ancestor = target
+    while not (ancestor.exists() or ancestor.is_symlink()):
+        ancestor = ancestor.parent
+    where = f"hydra.run.dir={run_dir}: cannot create the run directory"
+    if ancestor.is_symlink() and not ancestor.exists():
+        raise RunDirError(f"{where} ({ancestor} is a broken symlink)")
+    if not ancestor.is_dir():
+        raise RunDirError(f"{where} ({ancestor} is a file)")
+    if not os.access(ancestor, os.W_OK | os.X_OK):
+        raise RunDirError(f"{where} ({ancestor} is not writable)")
+
+
+def check_data(cfg: DictConfig) -> None:
+    """DataError (one line, file:line) for a local data file the run would fail on after loading the model."""
+    path = None if OmegaConf.is_missing(cfg.data, "path") else cfg.data.get("path")
+    if cfg.mode == "plan" or not path or (cfg.data.source != "jsonl" and not Path(path).exists()):  # a hub name
+        return
+    if not Path(path).exists():
+        raise DataError(f"dataset file not found: {path}")
+    from posttrain.data.jsonl import check_data_file
+
+    check_data_file(path)
+
+
+def check_inputs(cfg: DictConfig, run_dir: str | None, overrides: Sequence[str]) -> None:
+    """Every check above; `run_dir` is the command line's `hydra.run.dir` (None: the configured default)."""
+    check_run_dir(run_dir if run_dir is not None else _run_dir_template(overrides))
+    check_data(cfg)

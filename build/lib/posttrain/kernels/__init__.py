@@ -1,0 +1,45 @@
+"""Policy-loss kernels: the GRPO loss from hidden states without (or with) materializing `[tokens, V]` logits.
+
+    from posttrain.kernels import grpo_loss, BACKENDS, available
+    loss, stats = grpo_loss(hidden, lm_head_weight, completion_ids, completion_mask, advantages,
+                            old_logps, ref_logps, backend="fused", beta=0.04, loss_type="dapo")
+
+Contract with the trainer
+-------------------------
+- `hidden` [B, T, H]: the model's final-norm hidden states at the positions that *predict* the
+  completion tokens (already shifted: `last_hidden_state[:, P-1:-1]` for prompt length P), so
+  `hidden[b, t] @ lm_head_weight.T` are the logits of `completion_ids[b, t]`.
+- `lm_head_weight` [V, H] = `model.lm_head.weight` (tied or not); it gets a gradient when it requires one.
+- `completion_mask` [B, T] 0/1 (rows may be empty); `advantages` [B] (or [B, T]).
+- `old_logps` [B, T] or None: None means on-policy (ratio 1, TRL's `per_token_logps.detach()`).
+- `ref_logps` [B, T] or None: required when `beta != 0`; when given, KL stats are reported for any beta.
+- The loss is TRL 1.16 `GRPOTrainer._compute_loss` for one process and one micro-batch: `grpo`
+  (per-sequence mean, then batch mean), `bnpo` (token mean), `dr_grpo` (/ (B * max_completion_length),
+  default T), `dapo` (/ number of mask tokens in this batch). It is **not** divided by gradient-
+  accumulation steps: the trainer scales it (and passes its own normalizer logic for dapo if it
+  accumulates). Per-token KL (`k1 = logp - ref`, `k2 = (logp - ref)^2 / 2`, `k3 = exp(ref - logp) -
+  (ref - logp) - 1`) is added as `beta * kl` per token, masked like the loss. Temperature divides the
+  logits. Log-softmax is always fp32 (fp64 for fp64 inputs).
+- `stats` (floats): `policy_loss`, `kl_mean` (masked token mean, TRL's `kl`), `kl_p95`, `clip_ratio`
+  (TRL's `clip_ratio/region_mean`), `clip_ratio/low_mean`, `clip_ratio/high_mean` (liger: see its module).
+
+Backends: the table in `posttrain.kernels.registry` (`BACKENDS[name].summary`; `available(name)` says whether one
+runs here and why not). Adding one: a module with the function, one `Backend(...)` row there.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from posttrain.kernels.registry import BACKENDS, CHOICES, IS_LEVELS, KL_ESTIMATORS, LOSS_TYPES, available
+
+_LOSS = ("completion_logps", "grpo_loss", "per_token_kl", "policy_loss_from_logps")
+__all__ = ["BACKENDS", "CHOICES", "IS_LEVELS", "KL_ESTIMATORS", "LOSS_TYPES", "available", *_LOSS]
+
+
+def __getattr__(name: str) -> Any:  # the loss functions import torch: only when asked for (config stays light)
+    if name in _LOSS:
+        from posttrain.kernels import loss
+
+        return getattr(loss, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -1,0 +1,155 @@
+"""`fused` backend: per-token log-probs whose hidden-state gradient is finished in the forward pass.
+
+For z = h W^T / T and logp = z_y - logsumexp(z), the gradient with respect to h is
+
+    d logp / d h = (W_y - sum_j p_j W_j) / T = (W_y - e) / T,   e = softmax(z) @ W,
+
+and `e` does not depend on the upstream gradient. So the forward streams over `[token, vocab]` tiles and
+accumulates, with an online softmax, both log-sum-exp *and* `e` (a flash-attention forward whose keys
+and values are both W): two GEMMs per tile (`Z = h W_blk^T`, `e += exp(Z - m) W_blk`), nothing else of
+size `[tokens, V]` kept. The backward is elementwise, `dh = g / T * (W_y - e)`, written over `e`'s
+storage: no GEMM, no recomputation. Everything accumulates in fp32 (bf16 inputs are upcast one
+vocabulary block at a time). When the LM head weight needs a gradient, the backward recomputes each
+tile once for `dW = G^T h` (G = g (onehot - p) / T): four GEMMs in all, like any method that keeps no
+logits.
+
+Online softmax with a lazy maximum: each row keeps a reference `m` (the first tile's row maximum) and
+tiles are exponentiated as `exp(Z - m)` without a per-tile max pass; a tile whose row sum leaves
+[0, 2^100) is recomputed exactly with a new reference and the row's running sums are rescaled. Since
+fp32 has range 2^127 this keeps every kept term finite and the dominant ones normal.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import torch
+
+TOKEN_BLOCK = 1024
+VOCAB_BLOCK = 2048
+_OVERFLOW = 2.0**100
+
+
+def _fold_tile(Z: torch.Tensor, m: torch.Tensor, s: torch.Tensor, acc: torch.Tensor, w_blk: torch.Tensor,
+               exact: bool) -> bool:
+    """Fold logits tile Z [n, v] (overwritten) into the running reference max m, sum s [n] and acc [n, H].
+
+    With `exact=False` the tile is exponentiated against the current reference; if a row sum leaves
+    [0, 2^100) nothing is folded and False is returned: the caller recomputes Z and folds it exactly.
+    """
+    if exact:
+        new_m = torch.maximum(m, Z.amax(1))
+        scale = torch.exp(m - new_m).nan_to_num_(0.0)  # first tile: exp(-inf - x) = 0; nothing folded yet
+        s.mul_(scale)
+        acc.mul_(scale.unsqueeze(1))
+        m.copy_(new_m)
+    Z.sub_(m.unsqueeze(1)).exp_()
+    st = Z.sum(1)
+    if not exact and not bool((st < _OVERFLOW).all()):
+        return False
+    s.add_(st)
+    acc.addmm_(Z, w_blk)
+    return True
+
+
+class FusedLinearLogProb(torch.autograd.Function):
+    """logp [N] = log_softmax(hidden @ weight.T / T)[targets], never holding more than one tile of logits."""
+
+    @staticmethod
+    def forward(ctx, hidden: torch.Tensor, weight: torch.Tensor, targets: torch.Tensor, temperature: float,
+                token_block: int, vocab_block: int, fold: Callable | None = None):
+        N, H = hidden.shape
+        V = weight.shape[0]
+        acc_dtype = torch.promote_types(hidden.dtype, torch.float32)
+        dev = hidden.device
+        hs = hidden.to(acc_dtype)
+        if temperature != 1.0:
+            hs = hs * (1.0 / temperature)
+        e = torch.zeros(N, H, dtype=acc_dtype, device=dev)       # becomes sum_j p_j W_j, then d hidden
+        m = torch.full((N,), float("-inf"), dtype=acc_dtype, device=dev)
+        s = torch.zeros(N, dtype=acc_dtype, device=dev)
+        tgt = torch.zeros(N, dtype=acc_dtype, device=dev)
+        buf = torch.empty(min(N, token_block) * min(V, vocab_block), dtype=acc_dtype, device=dev)
+        for v0 in range(0, V, vocab_block):
+            v1 = min(v0 + vocab_block, V)
+            w_blk = weight[v0:v1].to(acc_dtype)
+            for t0 in range(0, N, token_block):
+                t1 = min(t0 + token_block, N)
+                Z = buf[: (t1 - t0) * (v1 - v0)].view(t1 - t0, v1 - v0)
+                torch.mm(hs[t0:t1], w_blk.t(), out=Z)
+                if fold is not None:  # a device kernel folds the tile (triton_fold.fold_tile)
+                    scale = fold(Z, targets[t0:t1], v0, m[t0:t1], s[t0:t1], tgt[t0:t1])
+                    e[t0:t1].mul_(scale.unsqueeze(1)).addmm_(Z, w_blk)
+                    continue
+                loc = targets[t0:t1] - v0
+                inside = (loc >= 0) & (loc < v1 - v0)
+                z_y = Z.gather(1, loc.clamp(0, v1 - v0 - 1).unsqueeze(1)).squeeze(1)
+                tgt[t0:t1] = torch.where(inside, z_y, tgt[t0:t1])
+                if not _fold_tile(Z, m[t0:t1], s[t0:t1], e[t0:t1], w_blk, exact=v0 == 0):
+                    torch.mm(hs[t0:t1], w_blk.t(), out=Z)  # rare: a row max far above its reference
+                    _fold_tile(Z, m[t0:t1], s[t0:t1], e[t0:t1], w_blk, exact=True)
+        lse = m + torch.log(s)
+        e.div_(s.unsqueeze(1))
+        logp = tgt - lse
+        ctx.save_for_backward(hs, weight, targets, lse, e)
+        ctx.temperature = temperature
+        ctx.blocks = (token_block, vocab_block)
+        ctx.hidden_dtype = hidden.dtype
+        ctx.consumed = False
+        return logp
+
+    @staticmethod
+    def backward(ctx, grad_logp: torch.Tensor):
+        hs, weight, targets, lse, e = ctx.saved_tensors
+        if ctx.consumed:
+            raise RuntimeError("FusedLinearLogProb.backward: the forward's buffer was already turned into the "
+                               "gradient; backward through it twice is not supported")
+        ctx.consumed = True
+        inv_t = 1.0 / ctx.temperature
+        g = grad_logp.to(e.dtype)
+        N, H = hs.shape
+        token_block, vocab_block = ctx.blocks
+        grad_w = None
+        if ctx.needs_input_grad[1]:
+            grad_w = _weight_grad(hs, weight, targets, lse, g, token_block, vocab_block)
+        grad_h = None
+        if ctx.needs_input_grad[0]:
+            grad_h = e  # in place: dh = g/T * (W_y - e), a token block at a time
+            for t0 in range(0, N, 256):  # 256 gathered rows of W at a time: small temporary
+                t1 = min(t0 + 256, N)
+                blk = grad_h[t0:t1]
+                blk.sub_(weight.index_select(0, targets[t0:t1]).to(e.dtype)).mul_((-inv_t * g[t0:t1]).unsqueeze(1))
+            grad_h = grad_h.to(ctx.hidden_dtype)
+        return grad_h, grad_w, None, None, None, None, None
+
+
+def _weight_grad(hs, weight, targets, lse, g, token_block, vocab_block):
+    """dW = sum_i g_i (onehot(y_i) - p_i)^T h_i / T, recomputing each logits tile once (fp32)."""
+    V = weight.shape[0]
+    N = hs.shape[0]
+    grad_w = torch.zeros(weight.shape, dtype=hs.dtype, device=hs.device)
+    rows = torch.arange(N, device=hs.device)
+    for v0 in range(0, V, vocab_block):
+        v1 = min(v0 + vocab_block, V)
+        w_blk = weight[v0:v1].to(hs.dtype)
+        for t0 in range(0, N, token_block):
+            t1 = min(t0 + token_block, N)
+            Z = torch.mm(hs[t0:t1], w_blk.t())
+            Z.sub_(lse[t0:t1].unsqueeze(1)).exp_().mul_(-g[t0:t1].unsqueeze(1))
+            loc = targets[t0:t1] - v0
+            inside = (loc >= 0) & (loc < v1 - v0)
+            if bool(inside.any()):
+                r = rows[: t1 - t0][inside]
+                Z[r, loc[inside]] += g[t0:t1][inside]
+            grad_w[v0:v1].addmm_(Z.t(), hs[t0:t1])
+    return grad_w.to(weight.dtype)
+
+
+def fused_logps(hidden: torch.Tensor, weight: torch.Tensor, targets: torch.Tensor, temperature: float = 1.0,
+                token_block: int | None = None, vocab_block: int | None = None) -> torch.Tensor:
+    """Per-token log-probs [N] (fp32; fp64 for fp64 inputs) through `FusedLinearLogProb`.
+
+    Tile sizes default to the module's TOKEN_BLOCK x VOCAB_BLOCK (read at call time).
+    """
+    return FusedLinearLogProb.apply(hidden, weight, targets, float(temperature), int(token_block or TOKEN_BLOCK),
+                                    int(vocab_block or VOCAB_BLOCK))

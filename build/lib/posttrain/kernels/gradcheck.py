@@ -1,0 +1,194 @@
+"""Gradcheck CLI: one backend's GRPO loss and gradients against an fp64 eager reference.
+
+    python -m posttrain.kernels.gradcheck kernels=fused loss_type=dapo beta=0.04 kl_estimator=k3 \\
+        importance_sampling_level=sequence weight_grad=true
+
+Keys (defaults): kernels=fused, loss_type=grpo, beta=0.04, kl_estimator=k3, importance_sampling_level=token,
+epsilon_low=0.2, epsilon_high=0.2, temperature=1.0, on_policy=false, weight_grad=false, dtype=fp32
+(fp32|bf16|fp64), B=4, T=6, H=16, V=300, logit_std=4.0, empty_rows=1 (comma list of empty completion rows,
+"" for none), seed=0, token_block=8, vocab_block=64 (tile sizes for fused/triton/pallas, small so the
+tiny problem spans many tiles; `logit_std` large enough that the lazy softmax maximum is re-based).
+
+Inputs are drawn in fp64 with a fixed seed, cast to `dtype` for the kernel; the reference is the `eager`
+backend on the fp64 values of exactly those (rounded) inputs, so only the kernel's own error is measured.
+Printed: loss_ref, loss_kernel, abs_diff_loss, max_abs_diff_dhidden, max_rel_diff_dhidden (and
+max_abs_diff_dweight, max_rel_diff_dweight with weight_grad=true), then PASS or FAIL and a JSON line.
+`max_rel_diff_*` is max|g - g_ref| / max|g_ref| (the error relative to the gradient's scale).
+
+Gates (all must hold), with (loss_tol, grad_tol) = (1e-10, 1e-9) for fp64, (2e-5, 1e-4) for fp32 and
+(1e-4, 1e-2) for bf16 inputs:
+    abs_diff_loss <= loss_tol * max(1, |loss_ref|)
+    max_rel_diff_dhidden <= grad_tol       (and max_rel_diff_dweight <= grad_tol)
+    kernel loss and gradients finite; masked positions get exactly zero hidden gradient.
+The bf16 gates hold for kernels that upcast before the projection (log-softmax of fp32 logits; the
+gradient itself is returned in bf16, ~4e-3 relative rounding); kernels that round the logits to bf16
+fail them (TRL's chunked and Liger on CPU: loss off by tens of percent at logit std 4).
+`--matrix` runs all loss types x token/sequence x (beta 0, beta 0.04 with k1/k2/k3) in one process.
+Exit status: 0 pass, 1 gate failed, 2 option not supported by the backend (NotImplementedError),
+3 backend not available here (e.g. no JAX), 4 bad arguments.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import torch
+
+from posttrain.kernels.registry import IS_LEVELS, KL_ESTIMATORS, LOSS_TYPES, available
+
+DEFAULTS = dict(kernels="fused", loss_type="grpo", beta=0.04, kl_estimator="k3", importance_sampling_level="token",
+                epsilon_low=0.2, epsilon_high=0.2, temperature=1.0, on_policy=False, weight_grad=False, dtype="fp32",
+                B=4, T=6, H=16, V=300, logit_std=4.0, empty_rows="1", seed=0, token_block=8, vocab_block=64)
+TOL = {"fp64": (1e-10, 1e-9), "fp32": (2e-5, 1e-4), "bf16": (1e-4, 1e-2)}  # (loss, grad)
+DTYPES = {"fp64": torch.float64, "fp32": torch.float32, "bf16": torch.bfloat16}
+
+
+def parse(argv: list[str]) -> dict:
+    cfg = dict(DEFAULTS)
+    for arg in argv:
+        key, sep, val = arg.partition("=")
+        key = key.lstrip("+").removeprefix("kernels.").replace("backend", "kernels")
+        if not sep or key not in DEFAULTS:
+            raise ValueError(f"bad argument {arg!r}: expected key=value with key in {sorted(DEFAULTS)}")
+        default = DEFAULTS[key]
+        if isinstance(default, bool):
+            cfg[key] = val.lower() in ("1", "true", "yes")
+        elif isinstance(default, (int, float)) and not isinstance(default, bool):
+            cfg[key] = type(default)(float(val)) if isinstance(default, int) else float(val)
+        else:
+            cfg[key] = val
+    if cfg["dtype"] not in DTYPES:
+        raise ValueError(f"dtype must be one of {sorted(DTYPES)}")
+    return cfg
+
+
+def make_inputs(cfg: dict) -> dict:
+    """Fixed-seed fp64 inputs: ragged masks with empty rows, old/ref log-probs near the policy's."""
+    g = torch.Generator().manual_seed(cfg["seed"])
+    B, T, H, V = cfg["B"], cfg["T"], cfg["H"], cfg["V"]
+    hidden = torch.randn(B, T, H, generator=g, dtype=torch.float64)
+    weight = torch.randn(V, H, generator=g, dtype=torch.float64) * (cfg["logit_std"] / H**0.5)
+    ids = torch.randint(0, V, (B, T), generator=g)
+    lengths = torch.randint(1, T + 1, (B,), generator=g)
+    mask = (torch.arange(T)[None] < lengths[:, None]).long()
+    for r in (int(x) for x in str(cfg["empty_rows"]).split(",") if x.strip()):
+        mask[r % B] = 0
+    adv = torch.randn(B, generator=g, dtype=torch.float64)
+    from .eager import eager_logps
+
+    with torch.no_grad():
+        cur = eager_logps(hidden.reshape(B * T, H), weight, ids.reshape(-1), cfg["temperature"]).view(B, T)
+    old = cur + 0.4 * torch.randn(B, T, generator=g, dtype=torch.float64)
+    ref = cur + 0.5 * torch.randn(B, T, generator=g, dtype=torch.float64)
+    return dict(hidden=hidden, weight=weight, ids=ids, mask=mask, adv=adv, old=None if cfg["on_policy"] else old,
+                ref=ref)
+
+
+def _set_blocks(cfg: dict) -> None:
+    from . import fused, pallas, triton_fold  # none imports triton or jax at module level
+
+    for mod in (fused, pallas, triton_fold):
+        mod.TOKEN_BLOCK, mod.VOCAB_BLOCK = cfg["token_block"], cfg["vocab_block"]
+
+
+def _loss_and_grads(inputs: dict, cfg: dict, backend: str, dtype: torch.dtype):
+    from posttrain.kernels.loss import grpo_loss
+
+    h = inputs["hidden"].to(dtype).requires_grad_()
+    w = inputs["weight"].to(dtype).requires_grad_(cfg["weight_grad"])
+    cast = (lambda x: None if x is None else x.to(torch.float64 if dtype == torch.float64 else torch.float32))
+    loss, stats = grpo_loss(h, w, inputs["ids"], inputs["mask"], cast(inputs["adv"]), cast(inputs["old"]),
+                            cast(inputs["ref"]), backend=backend, beta=cfg["beta"], epsilon_low=cfg["epsilon_low"],
+                            epsilon_high=cfg["epsilon_high"], loss_type=cfg["loss_type"],
+                            kl_estimator=cfg["kl_estimator"], importance_sampling_level=cfg["importance_sampling_level"],
+                            temperature=cfg["temperature"])
+    targets = [h, w] if cfg["weight_grad"] else [h]
+    grads = torch.autograd.grad(loss, targets)
+    return loss.detach().double(), [g.double() for g in grads], stats
+
+
+def run(cfg: dict) -> tuple[int, dict]:
+    backend = cfg["kernels"]
+    ok, why = available(backend)
+    if not ok:
+        return 3, {"kernels": backend, "unavailable": why}
+    _set_blocks(cfg)
+    inputs = make_inputs(cfg)
+    dtype = DTYPES[cfg["dtype"]]
+    # the reference sees exactly the rounded values the kernel sees
+    ref_inputs = {k: (v.to(dtype).double() if k in ("hidden", "weight") else v) for k, v in inputs.items()}
+    loss_ref, grads_ref, _ = _loss_and_grads(ref_inputs, cfg, "eager", torch.float64)
+    try:
+        loss, grads, stats = _loss_and_grads(inputs, cfg, backend, dtype)
+    except NotImplementedError as e:
+        return 2, {"kernels": backend, "unsupported": str(e)}
+    tol, grad_tol = TOL[cfg["dtype"]]
+    out = {"kernels": backend, "loss_ref": loss_ref.item(), "loss_kernel": loss.item(),
+           "abs_diff_loss": (loss - loss_ref).abs().item()}
+    names = ["dhidden", "dweight"][: len(grads)]
+    for name, g, gr in zip(names, grads, grads_ref):
+        diff = (g - gr).abs().max().item()
+        out[f"max_abs_diff_{name}"] = diff
+        out[f"max_rel_diff_{name}"] = diff / max(gr.abs().max().item(), 1e-30)
+    failures = []
+    if not (torch.isfinite(loss) and all(torch.isfinite(g).all() for g in grads)):
+        failures.append("non-finite loss or gradient")
+    if out["abs_diff_loss"] > tol * max(1.0, abs(out["loss_ref"])):
+        failures.append(f"abs_diff_loss {out['abs_diff_loss']:.3e} > {tol * max(1.0, abs(out['loss_ref'])):.1e}")
+    for name in names:
+        if out[f"max_rel_diff_{name}"] > grad_tol:
+            failures.append(f"max_rel_diff_{name} {out[f'max_rel_diff_{name}']:.3e} > {grad_tol:.1e}")
+    if grads[0][inputs["mask"] == 0].abs().sum() != 0:
+        failures.append("non-zero hidden gradient at masked positions")
+    out["stats"] = stats
+    out["failures"] = failures
+    return (1 if failures else 0), out
+
+
+MATRIX = [dict(loss_type=lt, importance_sampling_level=lvl, beta=beta, kl_estimator=k)
+          for lt in LOSS_TYPES for lvl in IS_LEVELS
+          for beta, k in ((0.0, "k3"), *((0.04, est) for est in KL_ESTIMATORS))]
+
+
+def run_matrix(cfg: dict) -> int:
+    """`--matrix`: every loss type x IS level x (beta 0 | beta>0 with k1/k2/k3) in one process, a JSON line
+    each; exit 1 if any case fails (unsupported options count as passing only with exit reason 2)."""
+    worst = 0
+    for case in MATRIX:
+        code, out = run({**cfg, **case})
+        print(json.dumps({**case, "exit": code, **{k: v for k, v in out.items() if k != "stats"}}), flush=True)
+        worst = max(worst, 1 if code in (1, 3) else 0)
+    return worst
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if any(a in ("-h", "--help") for a in argv):
+        print(__doc__)
+        return 0
+    if "--matrix" in argv:
+        try:
+            return run_matrix(parse([a for a in argv if a != "--matrix"]))
+        except ValueError as e:
+            print(f"error: {e}", file=sys.stderr)
+            return 4
+    try:
+        cfg = parse(argv)
+    except ValueError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 4
+    code, out = run(cfg)
+    for key in ("loss_ref", "loss_kernel", "abs_diff_loss", "max_abs_diff_dhidden", "max_rel_diff_dhidden",
+                "max_abs_diff_dweight", "max_rel_diff_dweight"):
+        if key in out:
+            print(f"{key}: {out[key]:.6e}")
+    verdict = {0: "PASS", 1: "FAIL: " + "; ".join(out.get("failures", [])),
+               2: f"UNSUPPORTED: {out.get('unsupported')}", 3: f"UNAVAILABLE: {out.get('unavailable')}"}[code]
+    print(verdict)
+    print(json.dumps({"config": cfg, **out, "exit": code}))
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

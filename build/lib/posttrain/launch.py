@@ -1,0 +1,74 @@
+"""`python -m posttrain.launch <overrides>`: one process per device, through `accelerate launch`.
+
+    python -m posttrain.launch hw=h200 model=llama3_1_8b          # accelerate launch --config_file conf/accelerate/<hw.accelerate_config>.yaml
+    python -m posttrain.launch --dry-run hw=a100 hw.num_devices=4 # print the command only
+
+The accelerate config file comes from `hw.accelerate_config` (ddp | fsdp2 | deepspeed_zero2 | deepspeed_zero3, files
+in conf/accelerate/), the process count from `hw.num_devices`. The launcher stamps the run directory once for all
+ranks (`POSTTRAIN_RUN_STAMP`, see `posttrain.dist`). Under a multi-task submitit/SLURM job (Hydra's submitit
+launcher with `tasks_per_node > 1`) no launcher is needed: `posttrain.dist.export_submitit_env()` turns the job
+environment into the torch `env://` variables, so HF Trainer runs DDP across the tasks.
+
+Several machines: pass `hydra.run.dir=` yourself (each node's launcher starts at its own time); on CPU accelerate
+runs every config file as DDP over gloo (FSDP and DeepSpeed need GPUs).
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import subprocess
+import sys
+from typing import Sequence
+
+from omegaconf import DictConfig
+
+from posttrain.dist import RUN_STAMP_ENV, run_stamp
+from posttrain.paths import ACCELERATE_DIR
+
+
+def launch_hint(cfg: DictConfig, argv: Sequence[str] | None = None) -> str | None:
+    """The `python -m posttrain.launch ...` line a `hw.num_devices > 1` run needs (None for one device)."""
+    if cfg.hw.num_devices <= 1:
+        return None
+    args = list(sys.argv[1:] if argv is None else argv)
+    return " ".join(["python", "-m", "posttrain.launch", *(shlex.quote(a) for a in args if a != "mode=plan")])
+
+
+def accelerate_command(overrides: Sequence[str]) -> list[str]:
+    """`accelerate launch --config_file ... -m posttrain <overrides>` for the composed hw profile."""
+    from posttrain.config.compose import load_config
+
+    cfg = load_config(list(overrides))
+    name = cfg.hw.accelerate_config or "ddp"
+    config_file = ACCELERATE_DIR / f"{name}.yaml"
+    if not config_file.is_file():
+        available = ", ".join(sorted(p.stem for p in ACCELERATE_DIR.glob("*.yaml")))
+        raise ValueError(f"hw.accelerate_config={name}: no {config_file} (available: {available})")
+    cmd = [sys.executable, "-m", "accelerate.commands.launch", "--config_file", str(config_file),
+           "--num_processes", str(cfg.hw.num_devices)]
+    if cfg.hw.device == "cpu":
+        cmd += ["--num_cpu_threads_per_process", "1"]
+    return cmd + ["-m", "posttrain", *overrides]
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    dry = "--dry-run" in argv
+    argv = [a for a in argv if a != "--dry-run"]
+    from posttrain.errors import UserError
+
+    try:
+        cmd = accelerate_command(argv)
+    except (UserError, ValueError) as ex:
+        print(f"error: {ex}", file=sys.stderr)
+        return 2
+    env = {**os.environ, RUN_STAMP_ENV: os.environ.get(RUN_STAMP_ENV) or run_stamp()}
+    print(f"{RUN_STAMP_ENV}={env[RUN_STAMP_ENV]} {shlex.join(cmd)}", flush=True)
+    if dry:
+        return 0
+    return subprocess.call(cmd, env=env)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,28 @@
+"""PEFT LoRA from `model.lora`: attention projections by default, GPT-OSS experts via `target_parameters`."""
+
+from __future__ import annotations
+
+from omegaconf import DictConfig
+from peft import LoraConfig, get_peft_model
+from transformers import PreTrainedModel
+
+
+def lora_config(model_cfg: DictConfig) -> LoraConfig:
+    lcfg = model_cfg.lora
+    kwargs = {}
+    if lcfg.experts:
+        # Experts are batched nn.Parameters ([E, in, out]), not nn.Linear: PEFT wraps them by parameter name.
+        kwargs["target_parameters"] = list(lcfg.expert_parameters)
+    return LoraConfig(
+        r=lcfg.r,
+        lora_alpha=lcfg.alpha,
+        lora_dropout=lcfg.dropout,
+        target_modules=list(lcfg.target_modules),
+        task_type="CAUSAL_LM",
+        bias="none",
+        **kwargs,
+    )
+
+
+def apply_lora(model: PreTrainedModel, model_cfg: DictConfig):
+    return get_peft_model(model, lora_config(model_cfg))

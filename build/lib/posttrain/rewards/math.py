@@ -1,0 +1,84 @@
+"""Exact-answer math rewards via math-verify.
+
+``is_correct(response, answer)`` parses both with math-verify (LaTeX incl. ``\\boxed{}``,
+fractions, plain expressions/numbers) and compares them symbolically, so ``\\frac{1}{2}``
+matches ``0.5`` and ``\\boxed{12}`` matches ``12.0``. The response's *answer* is what
+math-verify extracts: a boxed answer first, otherwise the last expression in the text. The
+reference answer is one answer, written as MATH-style data sets write it (bare LaTeX such as
+``2\\pi``, with or without ``$`` delimiters) or as a plain number/expression.
+
+``math_reward`` scores 1.0/0.0 per completion against the dataset's ``answer`` column. By
+default it scores only the final answer part when the completion has reasoning markup
+(harmony final channel, or text after ``</think>``; see ``posttrain.rewards.format``), so
+numbers in the reasoning do not count.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+from collections.abc import Sequence
+from typing import Any
+
+from posttrain.rewards.format import final_text
+from posttrain.rewards.text import completion_text
+
+__all__ = ["is_correct", "math_reward"]
+
+log = logging.getLogger(__name__)
+
+
+@functools.lru_cache(maxsize=1)
+def _configs():
+    from math_verify import ExprExtractionConfig, LatexExtractionConfig
+    from math_verify.parser import NormalizationConfig
+
+    norm = NormalizationConfig(basic_latex=True, units=True, malformed_operators=True, nits=True, boxed="all")
+    return [LatexExtractionConfig(normalization_config=norm, boxed_match_priority=0), ExprExtractionConfig()]
+
+
+@functools.lru_cache(maxsize=4096)
+def _parse_gold(answer: str):
+    """The reference answer as math-verify reads it.
+
+    math-verify extracts LaTeX only from inside a math environment (its README: "the latex must be placed in latex
+    environment to be parsable"; its own MATH tests write gold as ``$\\frac{14}{3}$``). MATH-style data sets write
+    the answer bare (``2\\pi``, ``\\frac{1}{2}``), where expression extraction alone would read just the leading
+    ``2``. So the answer is parsed inside ``$...$``: LaTeX extraction reads all of it, and the expression
+    extractor remains math-verify's fallback when the LaTeX does not parse. Golds that already carry delimiters
+    or ``\\boxed{}`` read the same way inside ``$...$``.
+    """
+    from math_verify import parse
+
+    return parse(f"${answer}$", _configs())
+
+
+def is_correct(response: str, answer: str | int | float) -> bool:
+    """True when the answer extracted from ``response`` equals ``answer`` (math-verify)."""
+    from math_verify import parse, verify
+
+    gold = _parse_gold(str(answer).strip())
+    if not gold:
+        raise ValueError(f"math-verify could not parse the reference answer {answer!r}")
+    if not response.strip():
+        return False
+    try:
+        return bool(verify(gold, parse(response, _configs())))
+    except Exception as e:  # math-verify/sympy edge cases (timeouts, odd LaTeX): not correct
+        log.debug("math-verify failed on %r: %s", response[:200], e)
+        return False
+
+
+def math_reward(
+    prompts: Sequence[Any] | None, completions: Sequence[Any], *, final_only: bool = True, **columns: Any
+) -> list[float]:
+    """TRL reward: 1.0 if the completion's answer equals the row's ``answer`` column, else 0.0."""
+    try:
+        answers = columns["answer"]
+    except KeyError:
+        raise KeyError(f"math reward needs dataset column 'answer'; got columns {sorted(columns)}") from None
+    out = []
+    for c, a in zip(completions, answers, strict=True):
+        text = completion_text(c)
+        out.append(float(is_correct(final_text(text) if final_only else text, a)))
+    return out

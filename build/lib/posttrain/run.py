@@ -1,0 +1,124 @@
+"""`run(cfg)`: the one dispatch behind `train.py` — validation, hw profile, run directory, mode, summary.
+
+It talks to algorithms only through `posttrain.algos.base.Algorithm` (found by name in `posttrain.algos.registry`).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+from omegaconf import DictConfig, OmegaConf, open_dict
+
+from posttrain.algos.base import Algorithm
+from posttrain.algos.registry import get_algorithm
+from posttrain.callbacks import JsonlMetricsCallback, read_metrics, summary_stats
+from posttrain.callbacks.console import ConsoleSpec, finish_run, use_console
+from posttrain.checkpoints import check_run_identity, eval_checkpoint, identity, resolve_resume
+from posttrain.config.validate import ConfigError, validate
+from posttrain.dist import export_submitit_env, is_main_process, world_size
+
+
+def run_dir_of(cfg: DictConfig) -> Path:
+    if cfg.get("run_dir"):
+        return Path(cfg.run_dir)
+    from hydra.core.hydra_config import HydraConfig
+
+    return Path(HydraConfig.get().runtime.output_dir)
+
+
+def objective(cfg: DictConfig, summary: dict[str, Any]) -> float | None:
+    """The number the task function returns to Hydra sweepers: `summary[optimized_metric]`, default "objective".
+
+    The key comes from `optimized_metric` in the config, or from POSTTRAIN_OPTIMIZED_METRIC (the Optuna presets in
+    conf/hparams_search/ set it through `hydra.job.env_set`).
+    """
+    key = OmegaConf.select(cfg, "optimized_metric", default=None) or os.environ.get("POSTTRAIN_OPTIMIZED_METRIC")
+    if not key:
+        return summary.get("objective")
+    if key not in summary:
+        raise ConfigError(f"optimized_metric={key!r} is not in summary.json (has: {', '.join(sorted(summary))})")
+    return summary[key]
+
+
+def prepare_run_dir(cfg: DictConfig, run_dir: Path) -> str | None:
+    """The checkpoint to resume from; refuses (before anything is written) a run dir that holds another run."""
+    resume = resolve_resume(cfg.resume, run_dir)
+    if is_main_process():
+        check_run_identity(run_dir, identity(cfg), resume, auto=cfg.resume == "auto")
+    return resume
+
+
+def train(cfg: DictConfig, run_dir: Path, callbacks: list | None = None, resume: Any = ...) -> dict[str, Any]:
+    """Build the algorithm's trainer and train; `callbacks` are added to the metrics callback (tests use them to
+    stop a run early). `resume`: the checkpoint `prepare_run_dir` resolved (default `...`: resolve it here)."""
+    import transformers
+
+    algorithm = get_algorithm(cfg.algo.name)
+    if resume is ...:
+        resume = prepare_run_dir(cfg, run_dir)
+    transformers.set_seed(cfg.seed)
+    metrics_path = run_dir / "metrics.jsonl"
+    start = time.time()
+    trainer = algorithm.build_trainer(cfg, run_dir, [JsonlMetricsCallback(metrics_path), *(callbacks or [])])
+    use_console(trainer, algorithm.console)  # one bar + compact lines instead of HF's printed dicts
+    trainer.train(resume_from_checkpoint=resume)
+    if not is_main_process():  # metrics and summary are rank 0's
+        return {}
+    summary = _summary(algorithm, read_metrics(metrics_path), time.time() - start)
+    summary["world_size"] = world_size()
+    summary.update(algorithm.summarize(cfg, trainer, run_dir))
+    return summary
+
+
+def _summary(algorithm: Algorithm, metrics: list[dict[str, Any]], runtime: float) -> dict[str, Any]:
+    summary: dict[str, Any] = {"algo": algorithm.name, "runtime_s": round(runtime, 2), "logged_steps": len(metrics)}
+    if metrics:
+        summary["final_step"] = metrics[-1]["step"]
+    summary.update(summary_stats(metrics, ConsoleSpec.of(algorithm.console).trend))
+    summary["objective"] = summary.get(algorithm.objective)
+    return summary
+
+
+def run(cfg: DictConfig) -> float | None:
+    """Validate, apply the hw profile, then plan, train or evaluate; writes `config.yaml` and `summary.json` in the
+    run dir and returns the objective (for Hydra sweepers)."""
+    validate(cfg)
+    from posttrain.hardware import apply_profile
+
+    apply_profile(cfg)  # once: attention, optimizer, batch default, kernels, TF32, allocator (posttrain.hardware)
+    export_submitit_env()  # a multi-task SLURM/submitit job becomes one DDP run
+    main_process = is_main_process()
+    run_dir = run_dir_of(cfg)
+    with open_dict(cfg):
+        cfg.run_dir = str(run_dir)
+    if cfg.mode == "plan":
+        from posttrain.hardware import plan_command
+
+        plan_command(cfg)
+        return None
+    algorithm = get_algorithm(cfg.algo.name)
+    if cfg.mode == "train":
+        from posttrain.hardware.preflight import preflight
+
+        preflight(cfg)
+    # a run dir holding another run (or checkpoints without resume=auto) is refused before config.yaml is written
+    resume = prepare_run_dir(cfg, run_dir) if cfg.mode == "train" else None
+    checkpoint = eval_checkpoint(cfg, run_dir) if cfg.mode == "eval" else None
+    run_dir.mkdir(parents=True, exist_ok=True)
+    if main_process:
+        (run_dir / "config.yaml").write_text(OmegaConf.to_yaml(cfg, resolve=True))
+    if cfg.mode == "eval":
+        summary = algorithm.evaluate(cfg, run_dir, checkpoint)
+    else:
+        summary = train(cfg, run_dir, resume=resume)
+    if not main_process:
+        return None
+    (run_dir / "summary.json").write_text(json.dumps(summary, indent=2))
+    if cfg.mode == "train":  # summary table on the terminal, curves in <run_dir>/plots/
+        finish_run(run_dir, summary, algorithm.console)
+    print(json.dumps({"run_dir": str(run_dir), **{k: v for k, v in summary.items() if not isinstance(v, dict)}}))
+    return objective(cfg, summary)

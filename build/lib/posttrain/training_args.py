@@ -1,0 +1,69 @@
+"""Map the shared `trainer`/`hw`/`logger` config groups onto HF `TrainingArguments` keyword arguments.
+
+Every algorithm's trainer (TRL GRPOConfig, HF TrainingArguments for D2L and contrastive) starts from these,
+so gradient accumulation, schedulers, checkpointing and precision mean the same thing everywhere.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+from omegaconf import DictConfig
+
+
+def report_to(logger_cfg: DictConfig, run_dir: Path) -> list[str]:
+    """metrics.jsonl is always written by our callback; wandb is added on request (offline without a key)."""
+    if logger_cfg.name != "wandb":
+        return []
+    mode = logger_cfg.wandb_mode
+    if mode == "auto":
+        mode = "online" if os.environ.get("WANDB_API_KEY") else "offline"
+    os.environ.setdefault("WANDB_MODE", mode)
+    os.environ.setdefault("WANDB_PROJECT", logger_cfg.project)
+    if logger_cfg.entity:
+        os.environ.setdefault("WANDB_ENTITY", logger_cfg.entity)
+    os.environ.setdefault("WANDB_DIR", str(run_dir))
+    return ["wandb"]
+
+
+def gradient_checkpointing(cfg: DictConfig) -> bool:
+    """Activation (gradient) checkpointing: asked for by the model file or the hardware profile."""
+    return bool(cfg.model.gradient_checkpointing or cfg.hw.gradient_checkpointing)
+
+
+def common_training_kwargs(cfg: DictConfig, run_dir: Path) -> dict[str, Any]:
+    t, hw = cfg.trainer, cfg.hw
+    use_gc = gradient_checkpointing(cfg)
+    save_steps = t.save_steps if t.save_steps > 0 else t.max_steps
+    return {
+        "output_dir": str(run_dir / "checkpoints"),
+        "max_steps": t.max_steps,
+        "per_device_train_batch_size": t.per_device_batch_size,
+        "gradient_accumulation_steps": t.grad_accum,
+        "learning_rate": t.lr,
+        "weight_decay": t.weight_decay,
+        "warmup_steps": t.warmup_steps,
+        "lr_scheduler_type": t.lr_scheduler,
+        "max_grad_norm": t.max_grad_norm,
+        "save_strategy": "steps",
+        "save_steps": save_steps,
+        "save_total_limit": t.save_total_limit,
+        "logging_steps": t.logging_steps,
+        "logging_first_step": True,
+        "disable_tqdm": not t.progress_bar,
+        "dataloader_num_workers": t.dataloader_num_workers,
+        "seed": cfg.seed,
+        "data_seed": cfg.seed,
+        "bf16": hw.precision == "bf16",
+        "fp16": hw.precision == "fp16",
+        "tf32": bool(hw.tf32) if hw.device == "cuda" else None,
+        "optim": hw.optimizer,
+        "use_cpu": hw.device == "cpu",
+        "report_to": report_to(cfg.logger, run_dir),
+        "run_name": run_dir.name,
+        # the Trainer enables it on the model (non-reentrant: works with frozen inputs, LoRA and PEFT)
+        "activation_checkpointing": use_gc,
+        "activation_checkpointing_kwargs": {"use_reentrant": False} if use_gc else None,
+    }
