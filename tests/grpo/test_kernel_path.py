@@ -13,7 +13,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from posttrain.algos.grpo import grpo_args
+from posttrain.algos.grpo.build import grpo_args
 from posttrain.config.compose import load_config
 from posttrain.kernels import KL_BIAS_CORRECTION, available
 from tests.grpo.helpers import (
