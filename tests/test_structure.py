@@ -6,6 +6,7 @@ from __future__ import annotations
 import ast
 import json
 import os
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -189,8 +190,10 @@ def test_a_plugin_algorithm_trains_and_plans_without_touching_the_repository(tmp
 @pytest.mark.slow
 def test_installed_wheel_runs_outside_the_checkout(tmp_path):
     """`pip install .` (a wheel, not editable): configs and chat templates come from the package."""
-    dist = tmp_path / "dist"
-    built = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", str(ROOT),
+    dist, source = tmp_path / "dist", tmp_path / "source"  # built from a copy: no build/ left in the checkout
+    shutil.copytree(ROOT, source, symlinks=True, ignore=shutil.ignore_patterns(
+        ".git", ".venv", "runs", "multirun", "build", "*.egg-info", "__pycache__", ".*_cache"))
+    built = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", str(source),
                             "-w", str(dist)], capture_output=True, text=True, timeout=600)
     assert built.returncode == 0, built.stderr[-2000:]
     venv = tmp_path / "venv"
