@@ -11,9 +11,10 @@ from trl import GRPOConfig
 from posttrain.algos.grpo.evaluate import evaluate
 from posttrain.algos.grpo.kl_control import AdaptiveBeta
 from posttrain.algos.grpo.rewards import reward_functions
+from posttrain.launch import is_main_process
 from posttrain.training_args import common_training_kwargs
 
-__all__ = ["build_trainer", "evaluate", "grpo_args"]
+__all__ = ["build_trainer", "evaluate", "grpo_args", "summarize"]
 
 
 def grpo_args(cfg: DictConfig, run_dir: Path, reward_weights: list[float] | None = None) -> GRPOConfig:
@@ -73,14 +74,23 @@ def build_trainer(cfg: DictConfig, run_dir: Path, callbacks: list | None = None)
         from posttrain.algos.grpo.vllm import require_vllm
 
         require_vllm()
+    if cfg.data.heldout:
+        from posttrain.algos.grpo.heldout import heldout_checker
+
+        heldout_checker(cfg.data)  # a missing checker fails before the model loads
     model, tokenizer = load(cfg)
     _reference_for_full_finetuning(cfg, model, run_dir)
     dataset = build_grpo_dataset(cfg.data, tokenizer, cfg.algo.max_prompt_length)
+    heldout_before = None
+    if cfg.data.heldout and is_main_process():  # the untrained model (LoRA starts at zero)
+        from posttrain.algos.grpo.heldout import heldout_accuracy
+
+        heldout_before = heldout_accuracy(cfg, model, tokenizer, run_dir, "before")
     kl = cfg.algo.kl
     controller = (
         AdaptiveBeta(cfg.algo.beta, kl.target, kl.horizon, kl.beta_min, kl.beta_max) if kl.target else None
     )
-    return PosttrainGRPOTrainer(
+    trainer = PosttrainGRPOTrainer(
         model=model,
         reward_funcs=funcs,
         args=grpo_args(cfg, run_dir, weights),
@@ -92,3 +102,21 @@ def build_trainer(cfg: DictConfig, run_dir: Path, callbacks: list | None = None)
         kl_controller=controller,
         reward_hist_default=cfg.data.name,
     )
+    trainer.heldout_before = heldout_before
+    return trainer
+
+
+def summarize(cfg: DictConfig, trainer: Any, run_dir: Path) -> dict[str, Any]:
+    """Held-out greedy accuracy before and after training (when `data.heldout` > 0), for summary.json."""
+    before = getattr(trainer, "heldout_before", None)
+    if not cfg.data.heldout or before is None:
+        return {}
+    from posttrain.algos.grpo.heldout import heldout_accuracy
+
+    after = heldout_accuracy(cfg, trainer.model, trainer.processing_class, run_dir, "after")
+    return {
+        "heldout_acc_before": before["acc"],
+        "heldout_acc_after": after["acc"],
+        "heldout_n": after["n"],
+        "heldout_eval_s": round(before["seconds"] + after["seconds"], 2),
+    }
