@@ -96,7 +96,10 @@ def _discard(path: Path) -> None:
     if not path.exists():
         return
     trash = path.with_name(f".tmp-trash-{path.name}-{os.getpid()}")
-    os.replace(path, trash)
+    try:
+        os.replace(path, trash)
+    except FileNotFoundError:  # another process found the same damage first
+        return
     shutil.rmtree(trash, ignore_errors=True)
 
 
@@ -123,6 +126,7 @@ def _building(entry: Path) -> Iterator[Path]:
     try:
         yield tmp
         _write_manifest(tmp)
+        tmp.chmod(0o755)  # mkdtemp's 0700 would hide the entry from other users of a shared cache
         os.replace(tmp, entry)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)

@@ -22,7 +22,9 @@ MAX_SPACE = 2_000_000
 _OPS = {"+": lambda a, b: a + b, "-": lambda a, b: a - b}
 
 
-def problem_space(min_value: int, max_value: int, ops: tuple[str, ...], nonnegative: bool) -> list[tuple[int, str, int]]:
+def problem_space(
+    min_value: int, max_value: int, ops: tuple[str, ...], nonnegative: bool
+) -> list[tuple[int, str, int]]:
     """Every ``(a, op, b)`` in the ranges, in a canonical order."""
     if min_value > max_value:
         raise ValueError(f"min_value={min_value} > max_value={max_value}")
