@@ -99,6 +99,7 @@ def test_heldout_accuracy_scores_the_test_split(compose, tmp_path, monkeypatch):
     assert [r["correct"] for r in rows] == [1.0] * 30 + [0.0] * 10 and rows[0]["answer"] == test["answer"][0]
 
 
+@pytest.mark.slow
 def test_summary_has_heldout_accuracy_before_and_after(tmp_path):
     from tests.conftest import run_train
 
@@ -111,3 +112,11 @@ def test_summary_has_heldout_accuracy_before_and_after(tmp_path):
         assert 0.0 <= summary[key] <= 1.0 and last[key] == summary[key]
     assert summary["heldout_n"] == 8
     assert len((tmp_path / "heldout_after.jsonl").read_text().splitlines()) == 8
+    # mode=eval on the saved adapter scores the same held-out problems the same way (greedy is deterministic)
+    proc = run_train("data=add", "data.heldout=8", "mode=eval", "resume=auto", "algo.max_completion_length=4",
+                     f"hydra.run.dir={tmp_path}")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    evaluated = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert evaluated["checkpoint"].endswith("checkpoint-1") and evaluated["heldout_acc"] == summary["heldout_acc_after"]
+    after = (tmp_path / "heldout_after.jsonl").read_text().splitlines()
+    assert (tmp_path / "heldout_eval.jsonl").read_text().splitlines() == after

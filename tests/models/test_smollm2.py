@@ -45,7 +45,7 @@ def test_smollm2_two_grpo_steps_with_heldout_accuracy(tmp_path, cached):
     proc = run_train("+experiment=grpo_smollm2_add", "trainer.max_steps=2", "data.heldout=16",
                      "trainer.progress_bar=false", f"hydra.run.dir={tmp_path}", timeout=1800)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    assert "fetching" not in proc.stderr and "converting" not in proc.stderr  # cache hit
+    assert "fetching" not in proc.stdout and "converting" not in proc.stdout  # cache hit
     summary = json.loads((tmp_path / "summary.json").read_text())
     metrics = [json.loads(ln) for ln in (tmp_path / "metrics.jsonl").read_text().splitlines()]
     assert summary["final_step"] == 2 and summary["heldout_n"] == 16

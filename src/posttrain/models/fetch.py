@@ -45,7 +45,8 @@ def cache_root() -> Path:
 
 
 def _log(msg: str) -> None:
-    print(f"posttrain: {msg}", file=sys.stderr, flush=True)
+    """Progress on stdout: stderr carries only the one error line when something fails."""
+    print(f"posttrain: {msg}", flush=True)
 
 
 def sha256_file(path: Path) -> str:
