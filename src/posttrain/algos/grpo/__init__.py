@@ -72,10 +72,16 @@ class GRPO(Algorithm):
 
         return build_trainer(cfg, run_dir, callbacks)
 
+    def summarize(self, cfg: DictConfig, trainer: Any, run_dir: Path) -> dict[str, Any]:
+        """Held-out greedy accuracy before and after training (`data.heldout` > 0)."""
+        from posttrain.algos.grpo.heldout import heldout_summary
+
+        return heldout_summary(cfg, trainer, run_dir)
+
     def evaluate(self, cfg: DictConfig, run_dir: Path, checkpoint: Path | None) -> dict[str, Any]:
         from posttrain.algos.grpo.evaluate import evaluate
 
-        return evaluate(cfg, checkpoint)
+        return evaluate(cfg, run_dir, checkpoint)
 
 
 ALGORITHM = GRPO()

@@ -10,6 +10,7 @@ from trl import GRPOConfig
 
 from posttrain.algos.grpo.kl_control import AdaptiveBeta
 from posttrain.algos.grpo.rewards import reward_functions
+from posttrain.dist import is_main_process
 from posttrain.training_args import common_training_kwargs
 
 __all__ = ["build_trainer", "grpo_args"]
@@ -69,14 +70,23 @@ def build_trainer(cfg: DictConfig, run_dir: Path, callbacks: list | None = None)
         from posttrain.algos.grpo.vllm import require_vllm
 
         require_vllm()
+    if cfg.data.heldout:
+        from posttrain.algos.grpo.heldout import heldout_checker
+
+        heldout_checker(cfg.data)  # a missing checker fails before the model loads
     model, tokenizer = load(cfg)
     _reference_for_full_finetuning(cfg, model, run_dir)
     dataset = build_grpo_dataset(cfg.data, tokenizer, cfg.algo.max_prompt_length)
+    heldout_before = None
+    if cfg.data.heldout and is_main_process():  # the untrained model (LoRA starts at zero)
+        from posttrain.algos.grpo.heldout import heldout_accuracy
+
+        heldout_before = heldout_accuracy(cfg, model, tokenizer, run_dir, "before")
     kl = cfg.algo.kl
     controller = (
         AdaptiveBeta(cfg.algo.beta, kl.target, kl.horizon, kl.beta_min, kl.beta_max) if kl.target else None
     )
-    return PosttrainGRPOTrainer(
+    trainer = PosttrainGRPOTrainer(
         model=model,
         reward_funcs=funcs,
         args=grpo_args(cfg, run_dir, weights),
@@ -88,3 +98,5 @@ def build_trainer(cfg: DictConfig, run_dir: Path, callbacks: list | None = None)
         kl_controller=controller,
         reward_hist_default=cfg.data.name,
     )
+    trainer.heldout_before = heldout_before
+    return trainer

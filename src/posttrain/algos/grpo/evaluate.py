@@ -45,8 +45,7 @@ def score(cfg: DictConfig, model: Any, tokenizer: Any, n_prompts: int, samples: 
     with open_dict(data_cfg):
         data_cfg.seed = cfg.data.seed + HELD_OUT_SEED
         data_cfg.num_train = n_prompts
-        if data_cfg.source != "generator":
-            data_cfg.split = "test"
+        data_cfg.split = "test"  # generators with a held-out split use it (data=add); the others ignore it
     ds = build_grpo_dataset(data_cfg, tokenizer, cfg.algo.max_prompt_length)
     funcs, weights = reward_functions(cfg.data)
     gen = cfg.algo.generation
@@ -68,7 +67,7 @@ def score(cfg: DictConfig, model: Any, tokenizer: Any, n_prompts: int, samples: 
     return {f"eval_{k}": sum(v) / len(v) for k, v in totals.items() if v}
 
 
-def evaluate(cfg: DictConfig, checkpoint: Path | None) -> dict[str, Any]:
+def evaluate(cfg: DictConfig, run_dir: Path, checkpoint: Path | None) -> dict[str, Any]:
     """Held-out rewards of `checkpoint` (None: the starting model)."""
     from posttrain.models import load
 
@@ -81,5 +80,9 @@ def evaluate(cfg: DictConfig, checkpoint: Path | None) -> dict[str, Any]:
     summary: dict[str, Any] = {"algo": "grpo", "mode": "eval", "checkpoint": str(checkpoint) if checkpoint else None,
                                "eval_prompts": n}
     summary.update(score(cfg, model, tokenizer, n))
+    if cfg.data.heldout:
+        from posttrain.algos.grpo.heldout import heldout_accuracy
+
+        summary["heldout_acc"] = heldout_accuracy(cfg, model, tokenizer, run_dir, "eval")["acc"]
     summary["objective"] = summary.get("eval_reward")
     return summary

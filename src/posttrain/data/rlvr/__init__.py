@@ -3,6 +3,7 @@
 * ``generate_ifeval(n, seed)``: IFEval-style prompts composing 1-3 constraints
   (columns ``prompt``, ``instruction_id_list``, ``kwargs``, ``key``).
 * ``generate_arithmetic(n, seed)``: arithmetic word problems (``prompt``, ``answer``).
+* ``generate_addition(n, seed, split)``: "What is a + b?" with operand ranges and a disjoint held-out split.
 * ``load_gsm8k`` / ``load_ifeval`` / ``load_rlvr_ifeval`` / ``load_rlvr``: ``openai/gsm8k``,
   ``google/IFEval``, ``allenai/RLVR-IFeval`` by hub name or from a local file in that schema.
 
@@ -10,8 +11,12 @@ The reward columns match ``posttrain.rewards`` (``math`` reads ``answer``; ``ife
 ``ifeval_loose`` read ``instruction_id_list`` and ``kwargs``).
 """
 
+from posttrain.data.rlvr.add import generate_addition
 from posttrain.data.rlvr.arith import generate_arithmetic
 from posttrain.data.rlvr.ifeval_gen import generate_ifeval
 from posttrain.data.rlvr.loaders import load_gsm8k, load_ifeval, load_rlvr, load_rlvr_ifeval
 
-__all__ = ["generate_arithmetic", "generate_ifeval", "load_gsm8k", "load_ifeval", "load_rlvr", "load_rlvr_ifeval"]
+__all__ = [
+    "generate_addition", "generate_arithmetic", "generate_ifeval", "load_gsm8k", "load_ifeval", "load_rlvr",
+    "load_rlvr_ifeval",
+]

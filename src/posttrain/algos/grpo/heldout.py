@@ -1,0 +1,68 @@
+"""Held-out accuracy for GRPO: greedy decoding on `data.heldout` problems of the task's test split, scored with the
+task's own `math` reward (same checker and options as in training), before and after training.
+
+Each call writes `heldout_<tag>.jsonl` in the run dir (prompt, answer, completion, correct per problem), so
+confidence intervals over problems can be computed later.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+from omegaconf import DictConfig, OmegaConf, open_dict
+
+from posttrain.config.validate import ConfigError
+from posttrain.models.generation import generate
+
+CHECKER = "math"
+
+
+def heldout_checker(data_cfg: DictConfig) -> Callable[..., list[float]]:
+    """The `math` reward exactly as `data.rewards` configures it (the checker the reward trains on)."""
+    from posttrain.rewards import build
+
+    specs = [s for s in OmegaConf.to_container(data_cfg.rewards, resolve=True) if s.get("name") == CHECKER]
+    if not specs:
+        raise ConfigError(f"data.heldout={data_cfg.heldout} needs a `{CHECKER}` reward in data.rewards (its checker)")
+    spec = {k: v for k, v in specs[0].items() if k != "weight"}
+    return build([spec])[0][0]
+
+
+def heldout_accuracy(cfg: DictConfig, model: Any, tokenizer: Any, run_dir: Path | None, tag: str) -> dict[str, Any]:
+    """`{"acc", "n", "seconds"}` over the first `data.heldout` test problems; per-problem rows to run_dir."""
+    from posttrain.data.grpo import build_grpo_dataset
+
+    data_cfg = cfg.data.copy()
+    with open_dict(data_cfg):
+        data_cfg.split, data_cfg.num_train = "test", cfg.data.heldout
+    ds = build_grpo_dataset(data_cfg, tokenizer, cfg.algo.max_prompt_length)
+    checker = heldout_checker(cfg.data)
+    start = time.time()
+    completions, _ = generate(model, tokenizer, list(ds["prompt"]), max_new_tokens=cfg.algo.max_completion_length,
+                              batch_size=cfg.data.heldout_batch_size)
+    columns = {k: list(ds[k]) for k in ds.column_names if k != "prompt"}
+    correct = checker(list(ds["prompt"]), completions, **columns)
+    seconds = time.time() - start
+    if run_dir is not None:
+        with open(Path(run_dir) / f"heldout_{tag}.jsonl", "w") as f:
+            for i, (c, ok) in enumerate(zip(completions, correct)):
+                row = {"prompt": ds[i]["prompt"], "answer": columns.get("answer", [None] * len(ds))[i]}
+                f.write(json.dumps({**row, "completion": c, "correct": ok}) + "\n")
+    return {"acc": sum(correct) / len(correct), "n": len(correct), "seconds": round(seconds, 2)}
+
+
+def heldout_summary(cfg: DictConfig, trainer: Any, run_dir: Path) -> dict[str, Any]:
+    """`heldout_acc_before` / `_after` (and n, seconds) for summary.json when `data.heldout` > 0."""
+    before = getattr(trainer, "heldout_before", None)
+    if not cfg.data.heldout or before is None:
+        return {}
+    after = heldout_accuracy(cfg, trainer.model, trainer.processing_class, run_dir, "after")
+    return {
+        "heldout_acc_before": before["acc"],
+        "heldout_acc_after": after["acc"],
+        "heldout_n": after["n"],
+        "heldout_eval_s": round(before["seconds"] + after["seconds"], 2),
+    }
