@@ -20,7 +20,11 @@ def run_train(*overrides: str, cwd: Path = ROOT, timeout: int = 900) -> subproce
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     return subprocess.run(
         [sys.executable, str(ROOT / "train.py"), *overrides],
-        cwd=cwd, capture_output=True, text=True, timeout=timeout, env=env,
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=env,
     )
 
 

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 
 from posttrain.config.compose import load_config
@@ -40,7 +38,9 @@ def test_bad_config_is_one_clear_line(override, needle):
     assert needle in msg and "\n" not in msg
 
 
-@pytest.mark.parametrize("override, needle", [("model=no_such_model", "no_such_model"), ("trainer.lr=abc", "trainer.lr")])
+@pytest.mark.parametrize(
+    "override, needle", [("model=no_such_model", "no_such_model"), ("trainer.lr=abc", "trainer.lr")]
+)
 def test_cli_exits_nonzero_with_one_line(override, needle, tmp_path):
     proc = run_train(override, f"hydra.run.dir={tmp_path}/run")
     assert proc.returncode != 0
@@ -96,10 +96,16 @@ def test_a_default_lives_in_one_place():
             data = yaml.safe_load(path.read_text()) or {}
             data = data.get(group, data) if "# @package _global_" in path.read_text() else data
             flat_defaults = dict(_leaves(defaults))
-            repeated = [k for k, v in _leaves(data) if k in flat_defaults and flat_defaults[k] == v
-                        and flat_defaults[k] != "???" and k != "name"]
+            repeated = [
+                k
+                for k, v in _leaves(data)
+                if k in flat_defaults and flat_defaults[k] == v and flat_defaults[k] != "???" and k != "name"
+            ]
             assert not repeated, f"{path.relative_to(ROOT)} repeats schema defaults: {repeated}"
     for name, algorithm in algorithms().items():  # every algo schema field has a default (composes without a file)
-        missing = [f.name for f in dataclasses.fields(algorithm.schema)
-                   if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING]
+        missing = [
+            f.name
+            for f in dataclasses.fields(algorithm.schema)
+            if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
+        ]
         assert not missing, (name, missing)

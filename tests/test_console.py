@@ -22,13 +22,41 @@ ALGOS = ("grpo", "d2l", "contrastive")
 
 # one training log record per algorithm, with the keys its trainer logs (TRL GRPO; D2L and contrastive loss terms)
 RECORDS = {
-    "grpo": {"loss": 3.35e-08, "grad_norm": 0.46, "learning_rate": 0.003, "beta": 0.04, "num_tokens": 740.0,
-             "completions/mean_length": 5.75, "reward": 0.41666, "reward_std": 0.3689, "kl": 0.00060291,
-             "entropy": 5.264, "step_time": 1.6071, "epoch": 0.0039, "reward_hist/length/0-0.2": 7},
-    "d2l": {"loss": 2.5, "grad_norm": 1.2, "learning_rate": 1e-3, "ce_loss": 2.25, "gen_lora_l1_norm": 0.031,
-            "kl_loss": 0.25, "epoch": 0.1},
-    "contrastive": {"loss": 1.9, "grad_norm": 0.7, "learning_rate": 1e-4, "nce": 1.4, "nce_acc": 0.625,
-                    "sim_pos": 0.8, "sim_inj": 0.3, "lm_loss": 0.5, "epoch": 0.2},
+    "grpo": {
+        "loss": 3.35e-08,
+        "grad_norm": 0.46,
+        "learning_rate": 0.003,
+        "beta": 0.04,
+        "num_tokens": 740.0,
+        "completions/mean_length": 5.75,
+        "reward": 0.41666,
+        "reward_std": 0.3689,
+        "kl": 0.00060291,
+        "entropy": 5.264,
+        "step_time": 1.6071,
+        "epoch": 0.0039,
+        "reward_hist/length/0-0.2": 7,
+    },
+    "d2l": {
+        "loss": 2.5,
+        "grad_norm": 1.2,
+        "learning_rate": 1e-3,
+        "ce_loss": 2.25,
+        "gen_lora_l1_norm": 0.031,
+        "kl_loss": 0.25,
+        "epoch": 0.1,
+    },
+    "contrastive": {
+        "loss": 1.9,
+        "grad_norm": 0.7,
+        "learning_rate": 1e-4,
+        "nce": 1.4,
+        "nce_acc": 0.625,
+        "sim_pos": 0.8,
+        "sim_inj": 0.3,
+        "lm_loss": 0.5,
+        "epoch": 0.2,
+    },
 }
 LINE = re.compile(r"^step +(\d+)/(\d+)  ")
 
@@ -37,8 +65,14 @@ def console_spec(algo: str) -> ConsoleSpec:
     return ConsoleSpec.of(get_algorithm(algo).console)
 
 
-def drive(callback: ConsoleCallback, record: dict, max_steps: int = 4, logging_steps: int = 2,
-          world_zero: bool = True, disable_tqdm: bool = False) -> list[str]:
+def drive(
+    callback: ConsoleCallback,
+    record: dict,
+    max_steps: int = 4,
+    logging_steps: int = 2,
+    world_zero: bool = True,
+    disable_tqdm: bool = False,
+) -> list[str]:
     """HF's order of events for `max_steps` steps logging at step 1 and every `logging_steps`; the bar postfixes."""
     args = SimpleNamespace(disable_tqdm=disable_tqdm, logging_steps=logging_steps)
     state, control = TrainerState(max_steps=max_steps, is_world_process_zero=world_zero), TrainerControl()
@@ -93,8 +127,9 @@ def test_grpo_numbers_in_the_postfix_and_the_line():
     assert cb.bar.n == 2
     assert cb.bar.postfix == "reward=0.5729 kl=0.0006029 len=5.75 s/step=1.607"
     line = out.getvalue().strip()
-    assert re.fullmatch(r"step  2/30  reward    0\.5729  kl 0\.0006029  len      5\.75  s/step     1\.607  \[0:0\d\]",
-                        line), line
+    assert re.fullmatch(
+        r"step  2/30  reward    0\.5729  kl 0\.0006029  len      5\.75  s/step     1\.607  \[0:0\d\]", line
+    ), line
     cb.on_train_end(args, state, TrainerControl())
 
 
@@ -102,8 +137,12 @@ def test_eval_records_get_a_short_line_of_their_own():
     out = io.StringIO()
     cb = ConsoleCallback(console_spec("d2l"), stream=out)
     state = TrainerState(max_steps=4, global_step=3, is_world_process_zero=True)
-    cb.on_log(SimpleNamespace(), state, TrainerControl(), logs={"eval_loss": 2.5, "eval_ce_loss": 2.25,
-                                                               "eval_runtime": 1.0, "epoch": 1.0})
+    cb.on_log(
+        SimpleNamespace(),
+        state,
+        TrainerControl(),
+        logs={"eval_loss": 2.5, "eval_ce_loss": 2.25, "eval_runtime": 1.0, "epoch": 1.0},
+    )
     assert out.getvalue() == "eval at step 3  loss 2.5  ce 2.25\n"
 
 
@@ -146,8 +185,14 @@ def test_spec_rejects_unknown_fields_and_defaults_to_loss():
 
 def test_summary_table_trends_before_after_and_runtime():
     metrics = [{"step": s, "reward": s / 10, "kl": 0.01 * s} for s in range(1, 11)]
-    summary = {"algo": "grpo", "runtime_s": 83.4, "final_step": 10, "heldout_acc_before": 0.12,
-               "heldout_acc_after": 0.62, "eval_before": {"nested": 1}}
+    summary = {
+        "algo": "grpo",
+        "runtime_s": 83.4,
+        "final_step": 10,
+        "heldout_acc_before": 0.12,
+        "heldout_acc_after": 0.62,
+        "eval_before": {"nested": 1},
+    }
     table = summary_table(summary, metrics, console_spec("grpo")).splitlines()
     assert table[0] == "summary (grpo)"
     rows = {line.split()[0]: line.split()[1:] for line in table[1:]}
@@ -170,7 +215,8 @@ def test_run_plots_one_panel_per_logged_metric(tmp_path):
     from posttrain.analysis.plots import write_run_plots
 
     (tmp_path / "metrics.jsonl").write_text(
-        "".join(json.dumps({"step": s, "loss": 1 / s, "ce_loss": 0.5 / s}) + "\n" for s in range(1, 6)))
+        "".join(json.dumps({"step": s, "loss": 1 / s, "ce_loss": 0.5 / s}) + "\n" for s in range(1, 6))
+    )
     written = write_run_plots(tmp_path, {"loss.png": ("loss", "ce_loss", "kl_loss"), "reward.png": ("reward",)})
     assert written == [tmp_path / "plots" / "loss.png"]  # kl_loss never logged: 2 panels; reward.png: nothing
     assert png_size(written[0]) == (2 * 550, 360)
@@ -187,7 +233,7 @@ def test_train_py_terminal_summary_and_plots(tmp_path):
     assert all(" reward " in line and " kl " in line for line in out if LINE.match(line))
     assert "{'" not in proc.stdout + proc.stderr  # neither HF's ProgressCallback nor PrinterCallback dicts
     summary = json.loads((run / "summary.json").read_text())
-    table = out[out.index("summary (grpo)"):]
+    table = out[out.index("summary (grpo)") :]
     rows = {line.split()[0]: line.split()[1:] for line in table[1:] if line.startswith("  ")}
     assert rows["reward"][:2] == [f"{summary['reward_first5_mean']:.4g}", f"{summary['reward_last5_mean']:.4g}"]
     assert "kl" in rows and " ".join(rows["runtime"]) == f"{duration(summary['runtime_s'])} 4 steps"
@@ -196,16 +242,39 @@ def test_train_py_terminal_summary_and_plots(tmp_path):
     metrics = read_metrics(run / "metrics.jsonl")  # the full records, as before
     assert [m["step"] for m in metrics] == [1, 2, 4]
     for m in metrics:
-        assert {"loss", "grad_norm", "learning_rate", "reward", "reward_std", "kl", "entropy", "step_time",
-                "completions/mean_length", "num_tokens", "epoch"} <= set(m)
+        assert {
+            "loss",
+            "grad_norm",
+            "learning_rate",
+            "reward",
+            "reward_std",
+            "kl",
+            "entropy",
+            "step_time",
+            "completions/mean_length",
+            "num_tokens",
+            "epoch",
+        } <= set(m)
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("algo,overrides,label", [
-    ("d2l", ("algo=d2l", "data=d2l_synth", "algo.eval_at_end=false"), "ce"),
-    ("contrastive", ("algo=contrastive", "data=contrastive_injection", "data.num_train=64", "data.num_eval=0",
-                     "trainer.per_device_batch_size=2"), "nce"),
-])
+@pytest.mark.parametrize(
+    "algo,overrides,label",
+    [
+        ("d2l", ("algo=d2l", "data=d2l_synth", "algo.eval_at_end=false"), "ce"),
+        (
+            "contrastive",
+            (
+                "algo=contrastive",
+                "data=contrastive_injection",
+                "data.num_train=64",
+                "data.num_eval=0",
+                "trainer.per_device_batch_size=2",
+            ),
+            "nce",
+        ),
+    ],
+)
 def test_train_py_terminal_for_loss_algorithms(tmp_path, algo, overrides, label):
     """D2L and contrastive: their loss terms in the compact lines and the table, plots/loss.png."""
     run = tmp_path / "run"

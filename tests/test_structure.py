@@ -45,7 +45,9 @@ def _imports(name: str, path: Path, known: set[str]) -> set[str]:
             elif isinstance(sub, ast.ImportFrom):
                 base = sub.module or ""
                 if sub.level:
-                    base = ".".join(package.split(".")[: len(package.split(".")) - sub.level + 1] + ([base] if base else []))
+                    base = ".".join(
+                        package.split(".")[: len(package.split(".")) - sub.level + 1] + ([base] if base else [])
+                    )
                 found.add(base)
                 found |= {f"{base}.{a.name}" for a in sub.names}
     return {m for m in found if m in known and m != name}
@@ -63,7 +65,7 @@ def test_no_import_cycles():
         stack.append(node)
         for dep in sorted(graph[node]):
             if state.get(dep) == 1:
-                cycle = stack[stack.index(dep):] + [dep]
+                cycle = stack[stack.index(dep) :] + [dep]
                 raise AssertionError("import cycle: " + " -> ".join(cycle))
             if dep not in state:
                 visit(dep)
@@ -76,8 +78,9 @@ def test_no_import_cycles():
 
 
 def _import_alone(name: str) -> tuple[str, int, str]:
-    proc = subprocess.run([sys.executable, "-c", f"import {name}"], capture_output=True, text=True, env=ENV,
-                          cwd=ROOT, timeout=300)
+    proc = subprocess.run(
+        [sys.executable, "-c", f"import {name}"], capture_output=True, text=True, env=ENV, cwd=ROOT, timeout=300
+    )
     return name, proc.returncode, proc.stderr[-1500:]
 
 
@@ -90,9 +93,11 @@ def test_every_module_imports_in_a_fresh_interpreter():
 
 
 def test_composing_a_config_imports_no_torch():
-    code = ("import sys; from posttrain.config.compose import load_config; "
-            "load_config(['algo=d2l'], hf_names=False); load_config(['algo=contrastive', 'kernels=fused'], "
-            "hf_names=False); print('torch' in sys.modules)")
+    code = (
+        "import sys; from posttrain.config.compose import load_config; "
+        "load_config(['algo=d2l'], hf_names=False); load_config(['algo=contrastive', 'kernels=fused'], "
+        "hf_names=False); print('torch' in sys.modules)"
+    )
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=ENV, cwd=ROOT, timeout=120)
     assert proc.returncode == 0 and proc.stdout.strip() == "False", proc.stderr[-2000:]
 
@@ -175,12 +180,19 @@ def test_a_plugin_algorithm_trains_and_plans_without_touching_the_repository(tmp
     assert plan.returncode == 0, plan.stderr[-2000:]
     summary = json.loads(plan.stdout.strip().splitlines()[-1])
     assert summary["algo"] == "toy" and summary["params_trainable"] > 0 and summary["fits"]
-    bad = subprocess.run([*common, "algo.seq_len=1"], env=env, cwd=tmp_path, capture_output=True, text=True,
-                         timeout=300)
+    bad = subprocess.run(
+        [*common, "algo.seq_len=1"], env=env, cwd=tmp_path, capture_output=True, text=True, timeout=300
+    )
     assert bad.returncode == 2 and bad.stderr.strip() == "error: algo.seq_len must be >= 2"
     run = tmp_path / "run"
-    train = subprocess.run([*common, "trainer.max_steps=3", "trainer.per_device_batch_size=4", f"hydra.run.dir={run}"],
-                           env=env, cwd=tmp_path, capture_output=True, text=True, timeout=600)
+    train = subprocess.run(
+        [*common, "trainer.max_steps=3", "trainer.per_device_batch_size=4", f"hydra.run.dir={run}"],
+        env=env,
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert train.returncode == 0, train.stderr[-2000:]
     result = json.loads((run / "summary.json").read_text())
     assert result["algo"] == "toy" and result["final_step"] == 3 and result["loss_first5_mean"] > 0
@@ -191,10 +203,20 @@ def test_a_plugin_algorithm_trains_and_plans_without_touching_the_repository(tmp
 def test_installed_wheel_runs_outside_the_checkout(tmp_path):
     """`pip install .` (a wheel, not editable): configs and chat templates come from the package."""
     dist, source = tmp_path / "dist", tmp_path / "source"  # built from a copy: no build/ left in the checkout
-    shutil.copytree(ROOT, source, symlinks=True, ignore=shutil.ignore_patterns(
-        ".git", ".venv", "runs", "multirun", "build", "*.egg-info", "__pycache__", ".*_cache"))
-    built = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", str(source),
-                            "-w", str(dist)], capture_output=True, text=True, timeout=600)
+    shutil.copytree(
+        ROOT,
+        source,
+        symlinks=True,
+        ignore=shutil.ignore_patterns(
+            ".git", ".venv", "runs", "multirun", "build", "*.egg-info", "__pycache__", ".*_cache"
+        ),
+    )
+    built = subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", str(source), "-w", str(dist)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert built.returncode == 0, built.stderr[-2000:]
     venv = tmp_path / "venv"
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=120)
@@ -203,19 +225,34 @@ def test_installed_wheel_runs_outside_the_checkout(tmp_path):
     deps = [p for p in sys.path if p and Path(p).is_dir() and not Path(p).resolve().is_relative_to(ROOT)]
     (site / "deps.pth").write_text("\n".join(deps) + "\n")
     wheel = next(dist.glob("posttrain-*.whl"))
-    inst = subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-index", "--target",
-                           str(site), str(wheel)], capture_output=True, text=True, timeout=300)
+    inst = subprocess.run(
+        [sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-index", "--target", str(site), str(wheel)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert inst.returncode == 0, inst.stderr[-2000:]
     assert (site / "posttrain" / "conf" / "config.yaml").is_file()
     assert (site / "posttrain" / "chat_templates" / "llama3.jinja").is_file()
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
     python = str(venv / "bin" / "python")
-    where = subprocess.run([python, "-c", "import posttrain.paths as p; print(p.CONF_DIR)"], cwd=elsewhere,
-                           capture_output=True, text=True, env={**ENV, "PYTHONPATH": ""}, timeout=120)
+    where = subprocess.run(
+        [python, "-c", "import posttrain.paths as p; print(p.CONF_DIR)"],
+        cwd=elsewhere,
+        capture_output=True,
+        text=True,
+        env={**ENV, "PYTHONPATH": ""},
+        timeout=120,
+    )
     assert where.stdout.strip() == str(site / "posttrain" / "conf"), where.stderr[-2000:]
-    run = subprocess.run([python, "-m", "posttrain", "trainer.max_steps=1", "trainer.progress_bar=false",
-                          "hydra.run.dir=run"], cwd=elsewhere, capture_output=True, text=True,
-                         env={**ENV, "PYTHONPATH": ""}, timeout=600)
+    run = subprocess.run(
+        [python, "-m", "posttrain", "trainer.max_steps=1", "trainer.progress_bar=false", "hydra.run.dir=run"],
+        cwd=elsewhere,
+        capture_output=True,
+        text=True,
+        env={**ENV, "PYTHONPATH": ""},
+        timeout=600,
+    )
     assert run.returncode == 0, run.stderr[-3000:]
     assert json.loads((elsewhere / "run" / "summary.json").read_text())["final_step"] == 1

@@ -43,11 +43,14 @@ def probe(run_dir: Path, n: int = 64) -> dict:
     def cos(x: torch.Tensor, i: int, j: int) -> float:
         return round(float((x[i * b : (i + 1) * b] * x[j * b : (j + 1) * b]).sum(-1).mean()), 3)
 
-    replies = generate_replies(model.lm, tok, [(r["injected"]["request"], r["injected"]["data"]) for r in rows[:6]],
-                               cfg.algo.max_new_tokens, 8)
+    replies = generate_replies(
+        model.lm, tok, [(r["injected"]["request"], r["injected"]["data"]) for r in rows[:6]], cfg.algo.max_new_tokens, 8
+    )
     return {
-        "pooled_cos_benign_counterfactual": cos(h, 0, 1), "pooled_cos_benign_injected": cos(h, 0, 2),
-        "head_cos_benign_counterfactual": cos(out.z, 0, 1), "head_cos_benign_injected": cos(out.z, 0, 2),
+        "pooled_cos_benign_counterfactual": cos(h, 0, 1),
+        "pooled_cos_benign_injected": cos(h, 0, 2),
+        "head_cos_benign_counterfactual": cos(out.z, 0, 1),
+        "head_cos_benign_injected": cos(out.z, 0, 2),
         "injected_replies": [f"{r['answer']} / {r['witness']} -> {rep!r}" for r, rep in zip(rows, replies)],
     }
 

@@ -1,6 +1,6 @@
 """Print the markdown result table of experiments/contrastive_tiny from the runs' summary.json files.
 
-    python experiments/contrastive_tiny/table.py runs/contrastive_tiny
+python experiments/contrastive_tiny/table.py runs/contrastive_tiny
 """
 
 from __future__ import annotations
@@ -29,8 +29,10 @@ def main() -> None:
     out = Path(sys.argv[1] if len(sys.argv) > 1 else "runs/contrastive_tiny")
     table = rows(out)
     n = table[0][1] if table else {}
-    print(f"| weights | held-out ASR (n={n.get('n_heldout')}) | train-template ASR (n={n.get('n_train_templates')}) "
-          "| benign utility | utility under injection |")
+    print(
+        f"| weights | held-out ASR (n={n.get('n_heldout')}) | train-template ASR (n={n.get('n_train_templates')}) "
+        "| benign utility | utility under injection |"
+    )
     print("|---|---|---|---|---|")
     for label, m in table:
         print(f"| {label} | " + " | ".join(f"{m[c]:.2f}" for c in COLS) + " |")

@@ -1,6 +1,6 @@
 """Held-out accuracy before/after with 95% bootstrap CIs over problems, from run dirs' heldout_*.jsonl.
 
-    python experiments/grpo_smollm2/bootstrap.py experiments/grpo_smollm2/results/run_*
+python experiments/grpo_smollm2/bootstrap.py experiments/grpo_smollm2/results/run_*
 """
 
 from __future__ import annotations

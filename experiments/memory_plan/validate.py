@@ -21,17 +21,44 @@ GIB = 1024**3
 
 # Llama-shaped sizes (random init, byte tokenizer, 32k vocabulary rows)
 SIZES = {
-    "S": dict(hidden_size=256, intermediate_size=688, num_hidden_layers=4, num_attention_heads=4,
-              num_key_value_heads=2, head_dim=64),
-    "M": dict(hidden_size=512, intermediate_size=1376, num_hidden_layers=8, num_attention_heads=8,
-              num_key_value_heads=4, head_dim=64),
-    "L": dict(hidden_size=768, intermediate_size=2048, num_hidden_layers=12, num_attention_heads=12,
-              num_key_value_heads=4, head_dim=64),
+    "S": dict(
+        hidden_size=256,
+        intermediate_size=688,
+        num_hidden_layers=4,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=64,
+    ),
+    "M": dict(
+        hidden_size=512,
+        intermediate_size=1376,
+        num_hidden_layers=8,
+        num_attention_heads=8,
+        num_key_value_heads=4,
+        head_dim=64,
+    ),
+    "L": dict(
+        hidden_size=768,
+        intermediate_size=2048,
+        num_hidden_layers=12,
+        num_attention_heads=12,
+        num_key_value_heads=4,
+        head_dim=64,
+    ),
 }
-COMMON = ["model=tiny_llama", "hw=cpu", "model.arch.vocab_size=32000", "model.arch.max_position_embeddings=1024",
-          "algo.max_prompt_length=64", "algo.max_completion_length=64", "algo.num_generations=8",
-          "trainer.per_device_batch_size=16", "trainer.max_steps=2", "trainer.save_steps=0",
-          "trainer.progress_bar=false"]
+COMMON = [
+    "model=tiny_llama",
+    "hw=cpu",
+    "model.arch.vocab_size=32000",
+    "model.arch.max_position_embeddings=1024",
+    "algo.max_prompt_length=64",
+    "algo.max_completion_length=64",
+    "algo.num_generations=8",
+    "trainer.per_device_batch_size=16",
+    "trainer.max_steps=2",
+    "trainer.save_steps=0",
+    "trainer.progress_bar=false",
+]
 
 _WRAP = (
     "import resource, subprocess, sys; r = subprocess.run(sys.argv[1:], capture_output=True, text=True); "
@@ -48,8 +75,13 @@ def overrides(size: str, lora: bool) -> list[str]:
 
 
 def planned(args: list[str]) -> dict:
-    out = subprocess.run([sys.executable, str(ROOT / "train.py"), *args, "mode=plan"],
-                         capture_output=True, text=True, check=True, cwd=ROOT)
+    out = subprocess.run(
+        [sys.executable, str(ROOT / "train.py"), *args, "mode=plan"],
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd=ROOT,
+    )
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
@@ -68,10 +100,15 @@ def case(size: str, lora: bool) -> dict:
     args = overrides(size, lora)
     plan = planned(args)
     rss = measured(args)
-    return {"case": f"{size}-{'lora' if lora else 'full'}", "params_total": plan["params_total"],
-            "params_trainable": plan["params_trainable"], "planned_gib": plan["peak_gib"],
-            "measured_gib": round(rss / GIB, 3), "error": round(plan["peak_gib"] / (rss / GIB) - 1, 4),
-            "components_gib": plan["components_gib"]}
+    return {
+        "case": f"{size}-{'lora' if lora else 'full'}",
+        "params_total": plan["params_total"],
+        "params_trainable": plan["params_trainable"],
+        "planned_gib": plan["peak_gib"],
+        "measured_gib": round(rss / GIB, 3),
+        "error": round(plan["peak_gib"] / (rss / GIB) - 1, 4),
+        "components_gib": plan["components_gib"],
+    }
 
 
 def main() -> None:
@@ -89,8 +126,10 @@ def main() -> None:
     print("\n| case | params | trainable | planned GiB | measured peak RSS GiB | plan error |")
     print("|---|---|---|---|---|---|")
     for r in rows:
-        print(f"| {r['case']} | {r['params_total'] / 1e6:.1f}M | {r['params_trainable'] / 1e6:.2f}M | "
-              f"{r['planned_gib']:.3f} | {r['measured_gib']:.3f} | {r['error'] * 100:+.1f}% |")
+        print(
+            f"| {r['case']} | {r['params_total'] / 1e6:.1f}M | {r['params_trainable'] / 1e6:.2f}M | "
+            f"{r['planned_gib']:.3f} | {r['measured_gib']:.3f} | {r['error'] * 100:+.1f}% |"
+        )
 
 
 if __name__ == "__main__":

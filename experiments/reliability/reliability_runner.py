@@ -16,9 +16,9 @@ import subprocess
 import sys
 import time
 import traceback
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
 
 ROOT = Path(__file__).resolve().parents[2]
 HERE = Path(__file__).resolve().parent
@@ -26,12 +26,23 @@ PLUGIN_DIR = HERE / "plugin"
 
 # tiny, quick GRPO run: the base every case starts from
 FAST = (
-    "trainer.max_steps=2", "trainer.per_device_batch_size=4", "algo.num_generations=2", "trainer.progress_bar=false",
-    "data.num_train=8", "algo.max_completion_length=4",
+    "trainer.max_steps=2",
+    "trainer.per_device_batch_size=4",
+    "algo.num_generations=2",
+    "trainer.progress_bar=false",
+    "data.num_train=8",
+    "algo.max_completion_length=4",
 )
 CONTRASTIVE = (
-    "algo=contrastive", "data=contrastive_injection", "data.num_train=8", "data.num_eval=0", "algo.head_hidden_dim=8",
-    "algo.proj_dim=8", "trainer.per_device_batch_size=2", "trainer.max_steps=2", "trainer.progress_bar=false",
+    "algo=contrastive",
+    "data=contrastive_injection",
+    "data.num_train=8",
+    "data.num_eval=0",
+    "algo.head_hidden_dim=8",
+    "algo.proj_dim=8",
+    "trainer.per_device_batch_size=2",
+    "trainer.max_steps=2",
+    "trainer.progress_bar=false",
 )
 D2L = ("algo=d2l", "data=d2l_synth", "trainer.progress_bar=false")
 
@@ -86,8 +97,11 @@ class Result:
 
 
 def _snapshot(root: Path) -> dict[str, str]:
-    return {str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest()
-            for p in sorted(root.rglob("*")) if p.is_file()}
+    return {
+        str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in sorted(root.rglob("*"))
+        if p.is_file()
+    }
 
 
 def command(case: Case, case_dir: Path) -> list[str]:
@@ -96,16 +110,28 @@ def command(case: Case, case_dir: Path) -> list[str]:
 
 
 def _env(case: Case) -> dict[str, str]:
-    env = {"HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "WANDB_MODE": "offline",
-           "PYTHONUNBUFFERED": "1", **case.env}
+    env = {
+        "HF_HUB_OFFLINE": "1",
+        "HF_DATASETS_OFFLINE": "1",
+        "TRANSFORMERS_OFFLINE": "1",
+        "WANDB_MODE": "offline",
+        "PYTHONUNBUFFERED": "1",
+        **case.env,
+    }
     if case.plugin:
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(PLUGIN_DIR), os.environ.get("PYTHONPATH")]))
     return env
 
 
 def _run_subprocess(argv: list[str], env: dict[str, str]) -> tuple[int, str, str]:
-    proc = subprocess.run([sys.executable, str(ROOT / "train.py"), *argv], cwd=ROOT, capture_output=True, text=True,
-                          env={**os.environ, **env}, timeout=900)
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "train.py"), *argv],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        env={**os.environ, **env},
+        timeout=900,
+    )
     return proc.returncode, proc.stdout, proc.stderr
 
 
@@ -115,7 +141,6 @@ def run_cli_inprocess(argv: list[str], env: dict[str, str] | None = None) -> tup
     from hydra.core.global_hydra import GlobalHydra
 
     import posttrain.cli as cli
-
     from posttrain.rewards import REWARDS
 
     env = dict(env or {})
@@ -136,7 +161,7 @@ def run_cli_inprocess(argv: list[str], env: dict[str, str] | None = None) -> tup
                 cli.main()
             except SystemExit as ex:
                 rc = ex.code if isinstance(ex.code, int) else (0 if ex.code is None else 1)
-            except BaseException:  # noqa: BLE001 - a bug escaping the CLI is reported like Python would
+            except BaseException:
                 traceback.print_exc()
                 rc = 1
     finally:
@@ -188,5 +213,3 @@ def run_case(case: Case, work: Path, inprocess: bool = False) -> Result:
     changed = sorted(k for k, v in before.items() if after.get(k) != v)
     created = sorted(k for k in after if k not in before)
     return Result(case, rc, err, out, changed, round(time.time() - start, 1), created)
-
-

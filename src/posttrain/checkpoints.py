@@ -103,8 +103,10 @@ def eval_checkpoint(cfg, run_dir: Path) -> Path | None:
     if which is None:
         ckpts = complete_checkpoints(run_dir / "checkpoints")
         if not ckpts:
-            raise CheckpointError(f"mode=eval: no complete checkpoint in {run_dir / 'checkpoints'} "
-                                  "(eval.checkpoint=<dir> names one; eval.checkpoint=init scores the starting weights)")
+            raise CheckpointError(
+                f"mode=eval: no complete checkpoint in {run_dir / 'checkpoints'} "
+                "(eval.checkpoint=<dir> names one; eval.checkpoint=init scores the starting weights)"
+            )
         path = ckpts[-1]
     else:
         path = Path(which)
@@ -139,7 +141,7 @@ def verify_checkpoint(path: str | Path, identity: dict | None = None) -> None:
                 zipfile.ZipFile(f).close()
             elif f.suffix == ".json":
                 json.loads(f.read_text())
-        except Exception as ex:  # noqa: BLE001 - any parse failure means a damaged file
+        except Exception as ex:
             reason = str(ex).splitlines()[0] if str(ex) else type(ex).__name__
             raise CheckpointError(f"damaged checkpoint file {f} ({reason}): resume from another checkpoint") from None
     if identity is None:
@@ -155,8 +157,9 @@ def verify_checkpoint(path: str | Path, identity: dict | None = None) -> None:
             return
 
 
-def check_run_identity(run_dir: Path, identity: dict, resume: str | None, write: bool = True,
-                       auto: bool = False) -> None:
+def check_run_identity(
+    run_dir: Path, identity: dict, resume: str | None, write: bool = True, auto: bool = False
+) -> None:
     """A run dir belongs to one (model, algo, data) run: refuse to write a different one over it, or to start
     afresh over its checkpoints or metrics unless asked to continue it (`auto`: resume=auto was given)."""
     marker = run_dir / IDENTITY_FILE

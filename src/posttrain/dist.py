@@ -11,8 +11,9 @@ metrics and summary; ranks > 0 write nothing of their own (no Hydra output files
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from datetime import datetime
-from typing import Any, Sequence
+from typing import Any
 
 RUN_STAMP_ENV = "POSTTRAIN_RUN_STAMP"
 RUN_STAMP_FORMAT = "%Y-%m-%d/%H-%M-%S"  # the `${now:...}` format of conf/config.yaml's hydra.run.dir

@@ -1,6 +1,6 @@
 """`python -m posttrain.launch <overrides>`: one process per device, through `accelerate launch`.
 
-    python -m posttrain.launch hw=h200 model=llama3_1_8b          # accelerate launch --config_file conf/accelerate/<hw.accelerate_config>.yaml
+    python -m posttrain.launch hw=h200 model=llama3_1_8b          # accelerate launch, conf/accelerate/<hw...>.yaml
     python -m posttrain.launch --dry-run hw=a100 hw.num_devices=4 # print the command only
 
 The accelerate config file comes from `hw.accelerate_config` (ddp | fsdp2 | deepspeed_zero2 | deepspeed_zero3, files
@@ -19,7 +19,7 @@ import os
 import shlex
 import subprocess
 import sys
-from typing import Sequence
+from collections.abc import Sequence
 
 from omegaconf import DictConfig
 
@@ -45,8 +45,15 @@ def accelerate_command(overrides: Sequence[str]) -> list[str]:
     if not config_file.is_file():
         available = ", ".join(sorted(p.stem for p in ACCELERATE_DIR.glob("*.yaml")))
         raise ValueError(f"hw.accelerate_config={name}: no {config_file} (available: {available})")
-    cmd = [sys.executable, "-m", "accelerate.commands.launch", "--config_file", str(config_file),
-           "--num_processes", str(cfg.hw.num_devices)]
+    cmd = [
+        sys.executable,
+        "-m",
+        "accelerate.commands.launch",
+        "--config_file",
+        str(config_file),
+        "--num_processes",
+        str(cfg.hw.num_devices),
+    ]
     if cfg.hw.device == "cpu":
         cmd += ["--num_cpu_threads_per_process", "1"]
     return cmd + ["-m", "posttrain", *overrides]

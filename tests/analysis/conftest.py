@@ -7,8 +7,13 @@ import pytest
 from tests.conftest import run_train
 
 SWEEP_OVERRIDES = (
-    "-m", "algo.beta=0.0,0.04", "seed=1,2",
-    "trainer.max_steps=3", "algo.num_generations=2", "trainer.per_device_batch_size=4", "trainer.progress_bar=false",
+    "-m",
+    "algo.beta=0.0,0.04",
+    "seed=1,2",
+    "trainer.max_steps=3",
+    "algo.num_generations=2",
+    "trainer.per_device_batch_size=4",
+    "trainer.progress_bar=false",
 )
 MAX_STEPS = 3
 

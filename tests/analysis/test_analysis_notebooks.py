@@ -21,7 +21,9 @@ def _execute(name: str, cwd: Path) -> None:
     nbclient = pytest.importorskip("nbclient")
     pytest.importorskip("ipykernel", reason="needs ipykernel for the python3 kernel")
     nb = nbformat.read(ROOT / "notebooks" / name, as_version=4)
-    nbclient.NotebookClient(nb, timeout=600, kernel_name="python3", resources={"metadata": {"path": str(cwd)}}).execute()
+    nbclient.NotebookClient(
+        nb, timeout=600, kernel_name="python3", resources={"metadata": {"path": str(cwd)}}
+    ).execute()
 
 
 def _assert_pngs(folder: Path, names: list[str]) -> None:
@@ -48,14 +50,33 @@ def test_kernels_memory_notebook(sweep_2x2, tmp_path, monkeypatch):
     expect = ["memory_by_kernel.png", "memory_by_hw.png", "kernel_runs.png"]
     if importlib.util.find_spec("posttrain.bench.grpo_loss"):  # a real (tiny) benchmark for the bench section
         out = subprocess.run(
-            [sys.executable, "-m", "posttrain.bench", "grpo_loss", "--shape", "128,32,256", "--backends", "eager",
-             "--rounds", "1"], capture_output=True, text=True, timeout=300, cwd=tmp_path,
+            [
+                sys.executable,
+                "-m",
+                "posttrain.bench",
+                "grpo_loss",
+                "--shape",
+                "128,32,256",
+                "--backends",
+                "eager",
+                "--rounds",
+                "1",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=300,
+            cwd=tmp_path,
         )
         assert out.returncode == 0, out.stderr[-2000:]
         (bench_dir / "results.jsonl").write_text(out.stdout)
         expect.append("kernel_bench.png")
-    for key, value in {"POSTTRAIN_MODEL": "llama3_2_1b", "POSTTRAIN_HW": "rtx4090", "POSTTRAIN_BENCH": str(bench_dir),
-                       "POSTTRAIN_RUNS": str(sweep_2x2), "POSTTRAIN_FIGURES": str(tmp_path / "fig")}.items():
+    for key, value in {
+        "POSTTRAIN_MODEL": "llama3_2_1b",
+        "POSTTRAIN_HW": "rtx4090",
+        "POSTTRAIN_BENCH": str(bench_dir),
+        "POSTTRAIN_RUNS": str(sweep_2x2),
+        "POSTTRAIN_FIGURES": str(tmp_path / "fig"),
+    }.items():
         monkeypatch.setenv(key, value)
     _execute("kernels_memory.ipynb", tmp_path)
     _assert_pngs(tmp_path / "fig", expect)

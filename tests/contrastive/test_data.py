@@ -10,7 +10,13 @@ import torch
 
 from posttrain.data.chat import IGNORE_INDEX
 from posttrain.data.contrastive import (
-    TripletCollator, TripletDataset, build_triplets, generate_triplets, load_triplets, pad_rows, write_jsonl,
+    TripletCollator,
+    TripletDataset,
+    build_triplets,
+    generate_triplets,
+    load_triplets,
+    pad_rows,
+    write_jsonl,
 )
 from posttrain.data.contrastive.templates import ATTACK_TYPES, ATTACKS, TASK_KINDS
 from posttrain.errors import DataError
@@ -86,7 +92,7 @@ def test_labels_cover_exactly_the_answer(tok):
 
 
 def test_too_long_member_is_an_error_not_a_truncation(tok):
-    with pytest.raises(DataError, match="longer than algo.max_length=40"):
+    with pytest.raises(DataError, match=r"longer than algo\.max_length=40"):
         TripletDataset(generate_triplets(1, seed=0), tok, 40)
 
 
@@ -121,12 +127,15 @@ def test_data_config_files_compose(compose):
     assert json.loads(json.dumps(rows[0])) == rows[0]
 
 
-@pytest.mark.parametrize("override, message", [
-    ("algo.temperature=0", "algo.temperature=0.0 must be > 0"),
-    ("model.lora.enabled=false", "model.lora.enabled must be true"),
-    ("algo.pool=cls", "algo.pool='cls' is not one of prompt, all"),
-    ("algo.proj_dim=0", "algo.proj_dim=0 must be > 0"),
-])
+@pytest.mark.parametrize(
+    "override, message",
+    [
+        ("algo.temperature=0", "algo.temperature=0.0 must be > 0"),
+        ("model.lora.enabled=false", "model.lora.enabled must be true"),
+        ("algo.pool=cls", "algo.pool='cls' is not one of prompt, all"),
+        ("algo.proj_dim=0", "algo.proj_dim=0 must be > 0"),
+    ],
+)
 def test_config_rules_fail_in_one_line(override, message):
     from posttrain.config.compose import load_config
     from posttrain.config.validate import ConfigError

@@ -66,7 +66,9 @@ def test_extra_right_padding_changes_nothing(tiny):
     assert torch.allclose(out.pooled, out2.pooled, atol=1e-5) and torch.allclose(out.z, out2.z, atol=1e-5)
     labels2 = torch.nn.functional.pad(batch["labels"], (0, pad), value=-100)
     head = model.output_embeddings()
-    assert torch.allclose(shifted_lm_loss(out.hidden, batch["labels"], head), shifted_lm_loss(out2.hidden, labels2, head))
+    assert torch.allclose(
+        shifted_lm_loss(out.hidden, batch["labels"], head), shifted_lm_loss(out2.hidden, labels2, head)
+    )
 
 
 def test_lm_loss_is_shifted_like_the_causal_lm(tiny):
@@ -75,8 +77,9 @@ def test_lm_loss_is_shifted_like_the_causal_lm(tiny):
     rows = lm_rows(12, with_counterfactual=False)
     assert rows.tolist() == [True] * 4 + [False] * 4 + [True] * 4
     mine = shifted_lm_loss(out.hidden[rows], batch["labels"][rows], model.output_embeddings())
-    ref = model.lm(input_ids=batch["input_ids"][rows], attention_mask=batch["attention_mask"][rows],
-                   labels=batch["labels"][rows]).loss  # HF shifts internally
+    ref = model.lm(
+        input_ids=batch["input_ids"][rows], attention_mask=batch["attention_mask"][rows], labels=batch["labels"][rows]
+    ).loss  # HF shifts internally
     assert torch.allclose(mine, ref, atol=1e-5)
 
 

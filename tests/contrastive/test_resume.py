@@ -11,7 +11,6 @@ import pytest
 import torch
 import transformers
 from safetensors.torch import load_file
-from tests.reliability.helpers import StopAt
 
 from posttrain.algos.contrastive.api import build_trainer
 from posttrain.algos.contrastive.checkpoint import ADAPTER_FILE, HEAD_FILE
@@ -21,6 +20,7 @@ from posttrain.errors import CheckpointError
 from posttrain.run import run
 from tests.conftest import run_train
 from tests.contrastive.helpers import TINY
+from tests.reliability.helpers import StopAt
 
 SCHEDULE = ("trainer.grad_accum=2", "trainer.lr_scheduler=linear", "trainer.warmup_steps=2", "trainer.max_steps=6")
 
@@ -35,11 +35,17 @@ def _interrupted(compose, run_dir: Path, stop_at: int, *overrides: str) -> None:
 
 
 def _weights(ckpt: Path) -> dict[str, torch.Tensor]:
-    return {**load_file(str(ckpt / ADAPTER_FILE)), **{f"head.{k}": v for k, v in load_file(str(ckpt / HEAD_FILE)).items()}}
+    return {
+        **load_file(str(ckpt / ADAPTER_FILE)),
+        **{f"head.{k}": v for k, v in load_file(str(ckpt / HEAD_FILE)).items()},
+    }
 
 
 def _losses(run_dir: Path) -> list[tuple]:
-    return [(m["step"], m["loss"], m["nce"], m["lm_loss"], m["learning_rate"]) for m in read_metrics(run_dir / "metrics.jsonl")]
+    return [
+        (m["step"], m["loss"], m["nce"], m["lm_loss"], m["learning_rate"])
+        for m in read_metrics(run_dir / "metrics.jsonl")
+    ]
 
 
 def test_resume_is_exact_for_adapters_head_and_losses(compose, tmp_path, capsys):
@@ -90,8 +96,14 @@ def test_a_resume_that_drops_the_head_is_caught(compose, tmp_path, monkeypatch):
 
 
 def test_grad_accum_steps_and_lr_schedule_whatever_the_resume_point(compose, tmp_path, capsys):
-    over = ("trainer.grad_accum=3", "trainer.lr_scheduler=linear", "trainer.warmup_steps=1", "trainer.max_steps=4",
-            "trainer.save_steps=1", "trainer.save_total_limit=null")
+    over = (
+        "trainer.grad_accum=3",
+        "trainer.lr_scheduler=linear",
+        "trainer.warmup_steps=1",
+        "trainer.max_steps=4",
+        "trainer.save_steps=1",
+        "trainer.save_total_limit=null",
+    )
     straight = tmp_path / "straight"
     run(compose(*TINY, *over, run_dir=straight))
     ref_lr = {m["step"]: m["learning_rate"] for m in read_metrics(straight / "metrics.jsonl")}
@@ -129,7 +141,9 @@ def test_checkpoint_without_head_is_refused(compose, tmp_path):
     run(compose(*TINY, "trainer.max_steps=1", run_dir=tmp_path / "b"))
     src = tmp_path / "b" / "checkpoints" / "checkpoint-1"
     with pytest.raises(CheckpointError, match="projection head"):
-        build_trainer(compose(*TINY, "algo.proj_dim=8", f"algo.init_from={src}", run_dir=tmp_path / "c"), tmp_path / "c")
+        build_trainer(
+            compose(*TINY, "algo.proj_dim=8", f"algo.init_from={src}", run_dir=tmp_path / "c"), tmp_path / "c"
+        )
     with pytest.raises(CheckpointError, match="trained on base"):
         build_trainer(compose(*TINY, "seed=1", f"algo.init_from={src}", run_dir=tmp_path / "d"), tmp_path / "d")
 

@@ -44,16 +44,32 @@ def test_featurize_puts_labels_on_the_answer_only(d2l_model):
 
 
 def test_squad_loader_local_files(tmp_path):
-    nested = {"data": [{"title": "t", "paragraphs": [{"context": "Paris is in France.", "qas": [
-        {"question": "Where is Paris?", "answers": [{"text": "France", "answer_start": 12}]},
-        {"question": "Unanswerable?", "answers": []}]}]}]}
+    nested = {
+        "data": [
+            {
+                "title": "t",
+                "paragraphs": [
+                    {
+                        "context": "Paris is in France.",
+                        "qas": [
+                            {"question": "Where is Paris?", "answers": [{"text": "France", "answer_start": 12}]},
+                            {"question": "Unanswerable?", "answers": []},
+                        ],
+                    }
+                ],
+            }
+        ]
+    }
     path = tmp_path / "squad.json"
     path.write_text(json.dumps(nested))
     assert load_squad(str(path)) == [
-        {"doc_id": 0, "document": "Paris is in France.", "question": "Where is Paris?", "answer": "France"}]
+        {"doc_id": 0, "document": "Paris is in France.", "question": "Where is Paris?", "answer": "France"}
+    ]
     flat = tmp_path / "squad.jsonl"
-    rows = [{"context": f"Doc {i}.", "question": f"Q{i}?", "answers": {"text": [f"A{i}"], "answer_start": [0]}}
-            for i in range(3)]
+    rows = [
+        {"context": f"Doc {i}.", "question": f"Q{i}?", "answers": {"text": [f"A{i}"], "answer_start": [0]}}
+        for i in range(3)
+    ]
     flat.write_text("\n".join(json.dumps(r) for r in rows))
     recs = load_squad(str(flat))
     assert [r["answer"] for r in recs] == ["A0", "A1", "A2"] and [r["doc_id"] for r in recs] == [0, 1, 2]
@@ -69,8 +85,15 @@ def test_squad_jsonl_through_the_data_config(compose, tmp_path):
     flat = tmp_path / "squad.jsonl"
     rows = [{"context": f"Doc {i}.", "question": f"Q{i}?", "answers": [f"A{i}"]} for i in range(10)]
     flat.write_text("\n".join(json.dumps(r) for r in rows))
-    cfg = compose("algo=d2l", "data=d2l_squad", "data.source=jsonl", f"data.path={flat}", "data.num_train=5",
-                  "data.num_eval=3", "data.params={}")
+    cfg = compose(
+        "algo=d2l",
+        "data=d2l_squad",
+        "data.source=jsonl",
+        f"data.path={flat}",
+        "data.num_train=5",
+        "data.num_eval=3",
+        "data.params={}",
+    )
     train, held = d2l_records(cfg.data)
     assert [r["answer"] for r in train] == ["A0", "A1", "A2", "A3", "A4"]
     assert [r["answer"] for r in held] == ["A7", "A8", "A9"]

@@ -14,8 +14,17 @@ COMMON = ["algo=d2l", "data=d2l_synth", "trainer.progress_bar=false"]
 
 def test_tiny_llama_trains_and_resumes(tmp_path):
     run = tmp_path / "run"
-    proc = run_train(*COMMON, "model=tiny_llama", "trainer.max_steps=40", "trainer.lr=2e-3", "trainer.save_steps=20",
-                     "data.num_train=200", "data.num_eval=4", "algo.max_new_tokens=4", f"hydra.run.dir={run}")
+    proc = run_train(
+        *COMMON,
+        "model=tiny_llama",
+        "trainer.max_steps=40",
+        "trainer.lr=2e-3",
+        "trainer.save_steps=20",
+        "data.num_train=200",
+        "data.num_eval=4",
+        "algo.max_new_tokens=4",
+        f"hydra.run.dir={run}",
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     metrics = read_metrics(run / "metrics.jsonl")
     assert [m["step"] for m in metrics] == list(range(1, 41))
@@ -27,21 +36,41 @@ def test_tiny_llama_trains_and_resumes(tmp_path):
     ckpt = run / "checkpoints" / "checkpoint-40"
     names = {p.name for p in ckpt.iterdir()}
     assert {"hypernet.safetensors", "hypernet_config.json", "trainer_state.json", "COMPLETE"} <= names
-    assert not names & {"pytorch_model.bin", "model.safetensors", "training_args.bin"}  # no base weights, no args pickle
+    assert not names & {
+        "pytorch_model.bin",
+        "model.safetensors",
+        "training_args.bin",
+    }  # no base weights, no args pickle
     summary = json.loads((run / "summary.json").read_text())
     assert {"eval_d2l_answer_loss", "eval_no_context_answer_loss", "internalize_ms_per_doc"} <= set(summary)
     # resume=auto picks up checkpoint-40 and continues to 50 from there
-    proc = run_train(*COMMON, "model=tiny_llama", "trainer.max_steps=50", "trainer.lr=2e-3", "trainer.save_steps=20",
-                     "data.num_train=200", "data.num_eval=4", "algo.eval_at_end=false", "resume=auto",
-                     f"hydra.run.dir={run}")
+    proc = run_train(
+        *COMMON,
+        "model=tiny_llama",
+        "trainer.max_steps=50",
+        "trainer.lr=2e-3",
+        "trainer.save_steps=20",
+        "data.num_train=200",
+        "data.num_eval=4",
+        "algo.eval_at_end=false",
+        "resume=auto",
+        f"hydra.run.dir={run}",
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "resuming from" in proc.stdout and "checkpoint-40" in proc.stdout
     steps = [m["step"] for m in read_metrics(run / "metrics.jsonl")]
     assert steps == list(range(1, 51))
     assert (run / "checkpoints" / "checkpoint-50" / "hypernet.safetensors").is_file()
     # mode=eval of the trained run's newest checkpoint, into another directory
-    proc = run_train(*COMMON, "model=tiny_llama", "mode=eval", "data.num_eval=4", "algo.max_new_tokens=4",
-                     f"eval.checkpoint={run / 'checkpoints' / 'checkpoint-50'}", f"hydra.run.dir={tmp_path / 'eval'}")
+    proc = run_train(
+        *COMMON,
+        "model=tiny_llama",
+        "mode=eval",
+        "data.num_eval=4",
+        "algo.max_new_tokens=4",
+        f"eval.checkpoint={run / 'checkpoints' / 'checkpoint-50'}",
+        f"hydra.run.dir={tmp_path / 'eval'}",
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     result = json.loads((tmp_path / "eval" / "eval.json").read_text())
     assert set(result) >= {"no_context", "in_context", "d2l", "d2l_other_doc", "internalize_ms_per_doc"}
@@ -50,9 +79,18 @@ def test_tiny_llama_trains_and_resumes(tmp_path):
 
 def test_tiny_gpt_oss_runs(tmp_path):
     run = tmp_path / "run"
-    proc = run_train(*COMMON, "model=tiny_gpt_oss", "trainer.max_steps=3", "data.num_train=16", "data.num_eval=2",
-                     "algo.max_new_tokens=3", "algo.kl_coef=0.5", "algo.kl_top_k=8", "algo.l1_coef=0.01",
-                     f"hydra.run.dir={run}")
+    proc = run_train(
+        *COMMON,
+        "model=tiny_gpt_oss",
+        "trainer.max_steps=3",
+        "data.num_train=16",
+        "data.num_eval=2",
+        "algo.max_new_tokens=3",
+        "algo.kl_coef=0.5",
+        "algo.kl_top_k=8",
+        "algo.l1_coef=0.01",
+        f"hydra.run.dir={run}",
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     metrics = read_metrics(run / "metrics.jsonl")
     assert [m["step"] for m in metrics] == [1, 2, 3]
@@ -76,10 +114,20 @@ def test_held_out_d2l_beats_no_context_and_the_other_document(tmp_path):
     steps of the default task: 2 attributes, init 0.02) gave D2L 5.32 and other document 5.39: a prior only.
     """
     run = tmp_path / "run"
-    proc = run_train(*COMMON, "model=tiny_llama", "model.arch.initializer_range=0.1", "trainer.max_steps=250",
-                     "trainer.lr=3e-3", "trainer.logging_steps=25", "data.num_train=2000", "data.num_eval=32",
-                     "data.params.num_attributes=1", "+data.params.attributes=[city]", "algo.max_new_tokens=4",
-                     f"hydra.run.dir={run}")
+    proc = run_train(
+        *COMMON,
+        "model=tiny_llama",
+        "model.arch.initializer_range=0.1",
+        "trainer.max_steps=250",
+        "trainer.lr=3e-3",
+        "trainer.logging_steps=25",
+        "data.num_train=2000",
+        "data.num_eval=32",
+        "data.params.num_attributes=1",
+        "+data.params.attributes=[city]",
+        "algo.max_new_tokens=4",
+        f"hydra.run.dir={run}",
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     result = json.loads((run / "eval.json").read_text())
     d2l, other, none, ctx = (result[c]["answer_loss"] for c in ("d2l", "d2l_other_doc", "no_context", "in_context"))

@@ -11,14 +11,16 @@ from posttrain.algos.d2l.batching import D2LCollator
 from posttrain.data.d2l import featurize
 
 
-
 def _record(n_facts: int) -> dict[str, str]:
-    return {"document": " ".join(f"Fact {i}: Bazoru likes teal number {i}." for i in range(n_facts)),
-            "question": "What color does Bazoru like?", "answer": "teal"}
+    return {
+        "document": " ".join(f"Fact {i}: Bazoru likes teal number {i}." for i in range(n_facts)),
+        "question": "What color does Bazoru like?",
+        "answer": "teal",
+    }
 
 
 def _contains(seq: list[int], sub: list[int]) -> bool:
-    return any(seq[i:i + len(sub)] == sub for i in range(len(seq) - len(sub) + 1))
+    return any(seq[i : i + len(sub)] == sub for i in range(len(seq) - len(sub) + 1))
 
 
 @pytest.mark.parametrize("max_chunks, n_facts", [(1, 4), (3, 12)])
@@ -31,17 +33,17 @@ def test_hypernet_and_teacher_read_the_same_document_tokens(d2l_model, max_chunk
     assert len(doc_ids) > 64 * max_chunks  # the document is cut in both cases
     kwargs = {} if max_chunks == 1 else {"max_chunks": max_chunks}  # 1: the default
     row = featurize(rec, tok, 256, 64, **kwargs)
-    assert row["ctx_ids"] == doc_ids[:64 * max_chunks]
+    assert row["ctx_ids"] == doc_ids[: 64 * max_chunks]
     # the teacher reads those tokens and not one more: the same view as a record holding only the visible part
     assert _contains(row["t_input_ids"], row["ctx_ids"])
     cut = featurize({**rec, "document": tok.decode(row["ctx_ids"])}, tok, 256, 64, **kwargs)
     assert row["t_input_ids"] == cut["t_input_ids"] and row["t_labels"] == cut["t_labels"]
-    assert not _contains(row["t_input_ids"], doc_ids[:64 * max_chunks + 1])
+    assert not _contains(row["t_input_ids"], doc_ids[: 64 * max_chunks + 1])
     # the hypernet's input: chunks of at most 64 tokens that together are exactly ctx_ids
     batch = D2LCollator(tok.pad_token_id)([row])
     chunks = [ids[mask.bool()].tolist() for ids, mask in zip(batch["ctx_ids"], batch["ctx_mask"])]
     assert len(chunks) == max_chunks and all(0 < len(c) <= 64 for c in chunks)
-    assert sum(chunks, []) == row["ctx_ids"]
+    assert [t for chunk in chunks for t in chunk] == row["ctx_ids"]
     assert batch["ctx_doc"].tolist() == [0] * max_chunks
 
 
@@ -58,17 +60,17 @@ def test_a_chunked_documents_lora_is_its_chunks_loras_along_the_rank(d2l_model, 
     long, short = "Bazoru lives in Oslo. Bazoru likes teal.", "Kimelo owns a fox."  # 40 and 18 bytes: 3 and 2 chunks
     lora = model.internalize([long, short])
     ids = model.tokenizer(long, add_special_tokens=False)["input_ids"]
-    parts = [model.internalize(model.tokenizer.decode(ids[i:i + 16])) for i in range(0, len(ids), 16)]
+    parts = [model.internalize(model.tokenizer.decode(ids[i : i + 16])) for i in range(0, len(ids), 16)]
     alone = model.internalize(short)
     for path in model.wrappers:
         a, b = lora.A[path], lora.B[path]
         assert a.shape[1] == 3 * r + bias and b.shape[1] == 3 * r + bias
-        torch.testing.assert_close(a[0, :3 * r], torch.cat([p.A[path][0, :r] for p in parts]))
-        torch.testing.assert_close(b[0, :3 * r], torch.cat([p.B[path][0, :r] for p in parts]))
-        torch.testing.assert_close(a[0, 3 * r:], parts[0].A[path][0, r:])  # the bias LoRA once, not per chunk
+        torch.testing.assert_close(a[0, : 3 * r], torch.cat([p.A[path][0, :r] for p in parts]))
+        torch.testing.assert_close(b[0, : 3 * r], torch.cat([p.B[path][0, :r] for p in parts]))
+        torch.testing.assert_close(a[0, 3 * r :], parts[0].A[path][0, r:])  # the bias LoRA once, not per chunk
         # the 2-chunk document: its own rows, then zero rows (no update), then the bias
-        torch.testing.assert_close(a[1, :2 * r], alone.A[path][0, :2 * r])
-        assert not a[1, 2 * r:3 * r].any() and not b[1, 2 * r:3 * r].any()
+        torch.testing.assert_close(a[1, : 2 * r], alone.A[path][0, : 2 * r])
+        assert not a[1, 2 * r : 3 * r].any() and not b[1, 2 * r : 3 * r].any()
     assert float(lora.select([1]).l1()) == pytest.approx(float(alone.l1()), rel=1e-6)  # padding is not counted
     # padded to a batch with a longer document, the short document's LoRA changes no logit
     q = torch.tensor([model.tokenizer("What pet does Kimelo own?", add_special_tokens=False)["input_ids"]])
@@ -84,7 +86,6 @@ def test_chunked_documents_train_and_evaluate(d2l_cfg, d2l_model):
     from posttrain.algos.d2l.loss import d2l_loss
     from posttrain.data.d2l import synthetic_qa
 
-    cfg = d2l_cfg("algo.encoder.max_doc_length=16", "algo.encoder.max_chunks=2")
     model = d2l_model("algo.encoder.max_doc_length=16", "algo.encoder.max_chunks=2")
     _scale(model)
     records = synthetic_qa(4, seed=0, held_out=True)

@@ -76,7 +76,7 @@ def test_per_sample_padded_and_packed_application(d2l_model):
     packed = wrapper(x)
     wrapper.token_index = None
     for seg, cols in ((0, slice(0, 3)), (1, slice(3, 7))):
-        wrapper.lora_A, wrapper.lora_B = lora.A[path][seg:seg + 1], lora.B[path][seg:seg + 1]
+        wrapper.lora_A, wrapper.lora_B = lora.A[path][seg : seg + 1], lora.B[path][seg : seg + 1]
         torch.testing.assert_close(packed[:, cols], wrapper(x[:, cols]), atol=1e-5, rtol=1e-5)
     model.reset()
     assert all(w.lora_A is None for w in model.wrappers.values())

@@ -42,7 +42,9 @@ def test_a_move_reaches_the_context_encoder(d2l_cfg, d2l_model, share):
     shared = {t.data_ptr() for t in enc.parameters()} <= base_tensors
     assert shared == share  # share_weights=false really is a copy
     model.to(MOVED)
-    stale = [n for n, t in [*enc.named_parameters(), *enc.named_buffers()] if t.is_floating_point() and t.dtype != MOVED]
+    stale = [
+        n for n, t in [*enc.named_parameters(), *enc.named_buffers()] if t.is_floating_point() and t.dtype != MOVED
+    ]
     assert not stale, f"not moved with the model: {stale}"
     seen, handles = _record_dtypes(list(enc.layers) + [backbone_of(model.base)])
     try:
@@ -76,8 +78,14 @@ def test_teacher_cache_is_computed_where_the_trainer_placed_the_model(d2l_cfg, t
     monkeypatch.setattr(D2LTrainer, "_move_model_to_device", lambda self, model, device: model.to(MOVED))
     seen: list[torch.dtype] = []
     _watch_models(monkeypatch, seen)
-    cfg = d2l_cfg("algo.kl_coef=0.5", "algo.kl_top_k=4", "data.num_train=4", "trainer.max_steps=1",
-                  "trainer.per_device_batch_size=4", "trainer.progress_bar=false")
+    cfg = d2l_cfg(
+        "algo.kl_coef=0.5",
+        "algo.kl_top_k=4",
+        "data.num_train=4",
+        "trainer.max_steps=1",
+        "trainer.per_device_batch_size=4",
+        "trainer.progress_bar=false",
+    )
     trainer = api.build_trainer(cfg, tmp_path)
     model = trainer.model
     assert next(model.base.parameters()).dtype == MOVED  # the Trainer's (fake) move happened

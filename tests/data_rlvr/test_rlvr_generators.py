@@ -70,7 +70,7 @@ def test_ifeval_generator_composes_valid_constraints():
     for row in ds:
         ids, kws, text = row["instruction_id_list"], row["kwargs"], row["prompt"][0]["content"]
         assert len(ids) == len(kws) and len(set(ids)) == len(ids)
-        assert not any(conflicts(a, b) for i, a in enumerate(ids) for b in ids[i + 1:])
+        assert not any(conflicts(a, b) for i, a in enumerate(ids) for b in ids[i + 1 :])
         for iid, kw in zip(ids, kws):
             assert describe(iid, {k: v for k, v in kw.items() if v is not None}) in text
             if iid == "combination:repeat_prompt":
@@ -79,15 +79,17 @@ def test_ifeval_generator_composes_valid_constraints():
 
 def test_ifeval_rows_scored_by_reward():
     ds = generate_ifeval(50, seed=0)
-    scores = ifeval_strict(ds["prompt"], ["hello there"] * len(ds), instruction_id_list=ds["instruction_id_list"],
-                           kwargs=ds["kwargs"])
+    scores = ifeval_strict(
+        ds["prompt"], ["hello there"] * len(ds), instruction_id_list=ds["instruction_id_list"], kwargs=ds["kwargs"]
+    )
     assert len(scores) == 50 and all(0.0 <= s <= 1.0 for s in scores)
     assert 0.0 < sum(scores) / 50 < 1.0  # some constraints hold for a bare reply, most do not
     # a response built to satisfy a known single constraint scores 1
     one = generate_ifeval(200, seed=5, max_constraints=1, chat=False)
     row = next(r for r in one if r["instruction_id_list"] == ["punctuation:no_comma"])
-    assert ifeval_strict([row["prompt"]], ["no commas here"], instruction_id_list=[row["instruction_id_list"]],
-                         kwargs=[row["kwargs"]]) == [1.0]
+    assert ifeval_strict(
+        [row["prompt"]], ["no commas here"], instruction_id_list=[row["instruction_id_list"]], kwargs=[row["kwargs"]]
+    ) == [1.0]
 
 
 def test_schema_is_stable_across_calls():

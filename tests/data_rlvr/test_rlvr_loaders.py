@@ -7,14 +7,23 @@ import json
 import pytest
 from datasets import Dataset, concatenate_datasets
 
-from posttrain.data.rlvr import generate_arithmetic, generate_ifeval, load_gsm8k, load_ifeval, load_rlvr, load_rlvr_ifeval
+from posttrain.data.rlvr import (
+    generate_arithmetic,
+    generate_ifeval,
+    load_gsm8k,
+    load_ifeval,
+    load_rlvr,
+    load_rlvr_ifeval,
+)
 from posttrain.data.rlvr.loaders import parse_gsm8k_answer, rlvr_ground_truth_to_ifeval
 from posttrain.rewards.ifeval import ifeval_loose, ifeval_strict
 from posttrain.rewards.math import math_reward
 
 GSM8K = [
-    {"question": "Natalia sold clips to 48 friends in April, and half as many in May. How many in total?",
-     "answer": "In May she sold 48/2 = <<48/2=24>>24 clips.\nAltogether 48+24 = <<48+24=72>>72.\n#### 72"},
+    {
+        "question": "Natalia sold clips to 48 friends in April, and half as many in May. How many in total?",
+        "answer": "In May she sold 48/2 = <<48/2=24>>24 clips.\nAltogether 48+24 = <<48+24=72>>72.\n#### 72",
+    },
     {"question": "A shop sells 1,000 pens a day for 2 days. How many pens?", "answer": "1000*2=2000\n#### 2,000"},
     {"question": "What is 7 - 9?", "answer": "7 - 9 = -2\n#### -2"},
 ]
@@ -61,11 +70,18 @@ def test_hub_name_goes_to_load_dataset(monkeypatch):
 
 
 IFEVAL_ROWS = [
-    {"key": 1000, "prompt": "Write a poem about rain. Do not use any commas.",
-     "instruction_id_list": ["punctuation:no_comma", "length_constraints:number_words"],
-     "kwargs": [{}, {"num_words": 5, "relation": "at least"}]},
-    {"key": 1001, "prompt": "Describe Paris. Wrap your entire response with double quotation marks.",
-     "instruction_id_list": ["startend:quotation"], "kwargs": [{"num_words": None}]},
+    {
+        "key": 1000,
+        "prompt": "Write a poem about rain. Do not use any commas.",
+        "instruction_id_list": ["punctuation:no_comma", "length_constraints:number_words"],
+        "kwargs": [{}, {"num_words": 5, "relation": "at least"}],
+    },
+    {
+        "key": 1001,
+        "prompt": "Describe Paris. Wrap your entire response with double quotation marks.",
+        "instruction_id_list": ["startend:quotation"],
+        "kwargs": [{"num_words": None}],
+    },
 ]
 
 
@@ -85,36 +101,76 @@ def test_load_ifeval_local(tmp_path):
 
 
 def _gt(**kw):
-    base = {k: None for k in ("N", "quantifier", "word", "letter", "keyword_list", "forbidden_words", "language",
-                              "first_word", "i", "postscript_marker", "options", "section_splitter", "end_phrase",
-                              "original_prompt")}
+    base = {
+        k: None
+        for k in (
+            "N",
+            "quantifier",
+            "word",
+            "letter",
+            "keyword_list",
+            "forbidden_words",
+            "language",
+            "first_word",
+            "i",
+            "postscript_marker",
+            "options",
+            "section_splitter",
+            "end_phrase",
+            "original_prompt",
+        )
+    }
     return json.dumps({**base, **kw})
 
 
 RLVR_ROWS = [
-    {"messages": [{"role": "user", "content": "Write about cats. Use the word cat exactly 2 times."}],
-     "ground_truth": _gt(func_name="verify_keyword_frequency", word="cat", N=2),
-     "dataset": "ifeval", "constraint_type": "Keyword Frequency", "constraint": "..."},
-    {"messages": [{"role": "system", "content": "Be brief."},
-                  {"role": "user", "content": "Answer in at most 3 words."}],
-     "ground_truth": _gt(func_name="validate_word_constraint", N=3, quantifier="at most"),
-     "dataset": "ifeval", "constraint_type": "Number Words", "constraint": "..."},
-    {"messages": [{"role": "user", "content": "Pick one: (A) or (B)."}],
-     "ground_truth": _gt(func_name="validate_choice", options=["(A)", "(B)"]),
-     "dataset": "ifeval", "constraint_type": "Choose", "constraint": "..."},
-    {"messages": [{"role": "user", "content": "Sections please."}],
-     "ground_truth": _gt(func_name="validate_sections", N=2, section_splitter="PART"),
-     "dataset": "ifeval", "constraint_type": "Multiple Sections", "constraint": "..."},
+    {
+        "messages": [{"role": "user", "content": "Write about cats. Use the word cat exactly 2 times."}],
+        "ground_truth": _gt(func_name="verify_keyword_frequency", word="cat", N=2),
+        "dataset": "ifeval",
+        "constraint_type": "Keyword Frequency",
+        "constraint": "...",
+    },
+    {
+        "messages": [
+            {"role": "system", "content": "Be brief."},
+            {"role": "user", "content": "Answer in at most 3 words."},
+        ],
+        "ground_truth": _gt(func_name="validate_word_constraint", N=3, quantifier="at most"),
+        "dataset": "ifeval",
+        "constraint_type": "Number Words",
+        "constraint": "...",
+    },
+    {
+        "messages": [{"role": "user", "content": "Pick one: (A) or (B)."}],
+        "ground_truth": _gt(func_name="validate_choice", options=["(A)", "(B)"]),
+        "dataset": "ifeval",
+        "constraint_type": "Choose",
+        "constraint": "...",
+    },
+    {
+        "messages": [{"role": "user", "content": "Sections please."}],
+        "ground_truth": _gt(func_name="validate_sections", N=2, section_splitter="PART"),
+        "dataset": "ifeval",
+        "constraint_type": "Multiple Sections",
+        "constraint": "...",
+    },
 ]
 
 
 def test_rlvr_ground_truth_mapping():
     assert rlvr_ground_truth_to_ifeval(RLVR_ROWS[0]["ground_truth"]) == (
-        "keywords:frequency", {"keyword": "cat", "frequency": 2, "relation": "exactly"})
+        "keywords:frequency",
+        {"keyword": "cat", "frequency": 2, "relation": "exactly"},
+    )
     assert rlvr_ground_truth_to_ifeval({"func_name": "validate_lowercase", "N": None}) == (
-        "change_case:english_lowercase", {})
+        "change_case:english_lowercase",
+        {},
+    )
     assert rlvr_ground_truth_to_ifeval("{'func_name': 'verify_bullet_points', 'N': 3}") == (
-        "detectable_format:number_bullet_lists", {"num_bullets": 3})
+        "detectable_format:number_bullet_lists",
+        {"num_bullets": 3},
+    )
     with pytest.raises(ValueError, match="unknown RLVR"):
         rlvr_ground_truth_to_ifeval({"func_name": "nope"})
 
@@ -124,8 +180,11 @@ def test_load_rlvr_ifeval_local(tmp_path):
     ds = load_rlvr_ifeval(str(path), chat=False)
     assert ds["prompt"][1] == "Answer in at most 3 words."
     assert [i[0] for i in ds["instruction_id_list"]] == [
-        "keywords:frequency", "length_constraints:number_words", "detectable_format:constrained_response",
-        "detectable_format:multiple_sections"]
+        "keywords:frequency",
+        "length_constraints:number_words",
+        "detectable_format:constrained_response",
+        "detectable_format:multiple_sections",
+    ]
     responses = ["A cat and a cat.", "Yes it is", "I pick (B).", "PART 1 intro PART 2 end"]
     wrong = ["A cat, a cat, a cat.", "No, it is not.", "Neither.", "PART 1 only"]
     cols = {"instruction_id_list": ds["instruction_id_list"], "kwargs": ds["kwargs"]}

@@ -46,8 +46,10 @@ def main(tmp: Path, kernels: str) -> None:
         fully_shard(layer, mesh=mesh)
     fully_shard(model, mesh=mesh)
     rows = inputs["completion_ids"].size(0) // world
-    part = {k: (v[rank * rows:(rank + 1) * rows] if isinstance(v, torch.Tensor) and v.dim() > 0 else v)
-            for k, v in inputs.items()}
+    part = {
+        k: (v[rank * rows : (rank + 1) * rows] if isinstance(v, torch.Tensor) and v.dim() > 0 else v)
+        for k, v in inputs.items()
+    }
     trainer._compute_loss(model, part).backward()
     worst, norm = 0.0, 0.0
     for n, p in model.named_parameters():
@@ -58,8 +60,17 @@ def main(tmp: Path, kernels: str) -> None:
         worst = max(worst, float((g - r).abs().max() / r.abs().max().clamp(min=1e-12)))
         norm += float(r.pow(2).sum())
     if rank == 0:
-        print(json.dumps({"kernels": kernels, "max_rel_grad_err": worst, "ref_grad_norm": norm**0.5,
-                          "sharded": type(lm.model.layers[0]).__name__}), flush=True)
+        print(
+            json.dumps(
+                {
+                    "kernels": kernels,
+                    "max_rel_grad_err": worst,
+                    "ref_grad_norm": norm**0.5,
+                    "sharded": type(lm.model.layers[0]).__name__,
+                }
+            ),
+            flush=True,
+        )
     dist.destroy_process_group()
 
 

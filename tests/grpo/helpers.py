@@ -15,6 +15,7 @@ from posttrain.models import load
 
 def prompt_dependent_reward(prompts, completions, **kwargs):
     """Length plus a large per-prompt offset: group means differ, so batch-centring would show."""
+
     def offset(p) -> float:
         text = str(p)
         return 100.0 * ("sea" in text) + 10.0 * int(text.split("the ")[1].split()[1].rstrip("'}]"))
@@ -22,12 +23,18 @@ def prompt_dependent_reward(prompts, completions, **kwargs):
     return [float(len(str(c))) + offset(p) for p, c in zip(prompts, completions)]
 
 
-def make_trainer(tmp_path: Path, *overrides: str, reward=prompt_dependent_reward,
-                 weights: list[float] | None = None) -> PosttrainGRPOTrainer:
+def make_trainer(
+    tmp_path: Path, *overrides: str, reward=prompt_dependent_reward, weights: list[float] | None = None
+) -> PosttrainGRPOTrainer:
     """A trainer on 16 distinct prompts; `reward` is one reward function or a list (with `weights`)."""
     cfg = load_config(
-        ["trainer.max_steps=1", "trainer.per_device_batch_size=8", "algo.num_generations=4",
-         "trainer.progress_bar=false", *overrides]
+        [
+            "trainer.max_steps=1",
+            "trainer.per_device_batch_size=8",
+            "algo.num_generations=4",
+            "trainer.progress_bar=false",
+            *overrides,
+        ]
     )
     torch.manual_seed(0)
     model, tok = load(cfg)

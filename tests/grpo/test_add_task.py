@@ -9,12 +9,12 @@ import pytest
 import torch
 
 from posttrain.algos.grpo.heldout import heldout_accuracy, heldout_checker
-from posttrain.models.generation import generate
 from posttrain.config.validate import ConfigError
 from posttrain.data.grpo import build_grpo_dataset
 from posttrain.data.rlvr.add import generate_addition
 from posttrain.errors import DataError
 from posttrain.models import load
+from posttrain.models.generation import generate
 from posttrain.models.tokenizer import build_byte_tokenizer
 from posttrain.rewards.math import math_reward
 
@@ -38,7 +38,7 @@ def test_operand_ranges_operations_and_answers():
     for row in ds:
         text = row["prompt"][0]["content"]
         assert text.startswith("What is ") and text.endswith("? Answer with just the number.")
-        a, op, b = text[len("What is "):].split("?")[0].split()
+        a, op, b = text[len("What is ") :].split("?")[0].split()
         a, b = int(a), int(b)
         assert 10 <= a <= 99 and 10 <= b <= 99
         assert int(row["answer"]) == (a + b if op == "+" else a - b) and int(row["answer"]) >= 0
@@ -62,8 +62,9 @@ def test_final_number_reward_rejects_an_echoed_question():
     assert math_reward(None, completions, last_number=True, **answers) == [1, 1, 1, 0, 1, 0, 0]
     # math-verify's last expression evaluates the echoed question: why data=add sets last_number
     assert math_reward(None, ["23 + 45"], answer=["68"]) == [1.0]
-    assert math_reward(None, ["12 - 17 = -5", "-5", "5", "1,068"], last_number=True,
-                       answer=["-5", "-5", "-5", "1068"]) == [1, 1, 0, 1]
+    assert math_reward(
+        None, ["12 - 17 = -5", "-5", "5", "1,068"], last_number=True, answer=["-5", "-5", "-5", "1068"]
+    ) == [1, 1, 0, 1]
 
 
 def test_heldout_checker_is_the_configured_math_reward(compose):
@@ -104,8 +105,15 @@ def test_heldout_accuracy_scores_the_test_split(compose, tmp_path, monkeypatch):
 def test_summary_has_heldout_accuracy_before_and_after(tmp_path):
     from tests.conftest import run_train
 
-    proc = run_train("data=add", "data.heldout=8", "trainer.max_steps=1", "trainer.per_device_batch_size=4",
-                     "algo.num_generations=4", "algo.max_completion_length=4", f"hydra.run.dir={tmp_path}")
+    proc = run_train(
+        "data=add",
+        "data.heldout=8",
+        "trainer.max_steps=1",
+        "trainer.per_device_batch_size=4",
+        "algo.num_generations=4",
+        "algo.max_completion_length=4",
+        f"hydra.run.dir={tmp_path}",
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     summary = json.loads((tmp_path / "summary.json").read_text())
     last = json.loads(proc.stdout.strip().splitlines()[-1])
@@ -114,8 +122,9 @@ def test_summary_has_heldout_accuracy_before_and_after(tmp_path):
     assert summary["heldout_n"] == 8
     assert len((tmp_path / "heldout_after.jsonl").read_text().splitlines()) == 8
     # mode=eval on the saved adapter scores the same held-out problems the same way (greedy is deterministic)
-    proc = run_train("data=add", "data.heldout=8", "mode=eval", "algo.max_completion_length=4",
-                     f"hydra.run.dir={tmp_path}")
+    proc = run_train(
+        "data=add", "data.heldout=8", "mode=eval", "algo.max_completion_length=4", f"hydra.run.dir={tmp_path}"
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     evaluated = json.loads(proc.stdout.strip().splitlines()[-1])
     assert evaluated["checkpoint"].endswith("checkpoint-1") and evaluated["heldout_acc"] == summary["heldout_acc_after"]

@@ -26,9 +26,26 @@ def test_fsdp2_two_ranks_match_one_process(tmp_path, kernels):
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "src"), str(ROOT)]), "OMP_NUM_THREADS": "1"}
-    proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2",
-                           "--master_port", str(port), str(ROOT / "tests" / "grpo" / "fsdp2_grpo_loss.py"),
-                           str(tmp_path), kernels], capture_output=True, text=True, timeout=900, env=env, cwd=ROOT, check=False)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--nproc_per_node",
+            "2",
+            "--master_port",
+            str(port),
+            str(ROOT / "tests" / "grpo" / "fsdp2_grpo_loss.py"),
+            str(tmp_path),
+            kernels,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=900,
+        env=env,
+        cwd=ROOT,
+        check=False,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     (out,) = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
     assert out["sharded"].startswith("FSDP") and out["ref_grad_norm"] > 0.05

@@ -40,8 +40,14 @@ def test_length_probe_rises_until_the_cap(tmp_path):
 def test_full_finetuning_with_kl_uses_the_initial_weights_as_reference(tmp_path):
     """No hub id for a tiny model: its initial weights are saved in the run dir and TRL's reference loads them."""
     run = tmp_path / "run"
-    proc = run_train("model.lora.enabled=false", "algo.beta=0.04", "trainer.max_steps=3", "trainer.lr=1e-3",
-                     "trainer.progress_bar=false", f"hydra.run.dir={run}")
+    proc = run_train(
+        "model.lora.enabled=false",
+        "algo.beta=0.04",
+        "trainer.max_steps=3",
+        "trainer.lr=1e-3",
+        "trainer.progress_bar=false",
+        f"hydra.run.dir={run}",
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
     kls = [m["kl"] for m in read_metrics(run / "metrics.jsonl")]
     assert abs(kls[0]) < 1e-6 and kls[-1] > 1e-5  # policy starts at the reference, then moves away

@@ -94,8 +94,9 @@ def _sequence_logps(trainer, inputs):
     ids = torch.cat([inputs["prompt_ids"], inputs["completion_ids"]], dim=1)
     mask = torch.cat([inputs["prompt_mask"], inputs["completion_mask"]], dim=1)
     with torch.no_grad():
-        logps, _, _ = trainer._get_per_token_logps_and_entropies(trainer.model, ids, mask,
-                                                                inputs["completion_ids"].size(1))
+        logps, _, _ = trainer._get_per_token_logps_and_entropies(
+            trainer.model, ids, mask, inputs["completion_ids"].size(1)
+        )
     return logps, (logps * inputs["completion_mask"]).sum(1)
 
 

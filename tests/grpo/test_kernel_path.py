@@ -52,13 +52,23 @@ def sea_groups_constant(prompts, completions, **kwargs):
 COMMON = ("hw.optimizer=sgd", "trainer.lr=0.5", "trainer.max_steps=2")
 CASES = {
     # KL bias correction with old log-probs and accumulation (DAPO normalises by the whole window's tokens)
-    "dapo-iter2-accum2": (("algo.loss_type=dapo", "algo.beta=0.1", "algo.num_iterations=2", "trainer.grad_accum=2"),
-                          {}),
-    "grpo-sequence-batch-weighted": (("algo.importance_sampling_level=sequence", "algo.scale_rewards=batch",
-                                      "algo.beta=0.04", "algo.num_iterations=2"),
-                                     {"reward": [prompt_dependent_reward, length_reward], "weights": [1.0, 0.5]}),
-    "bnpo-unscaled-zero-std": (("algo.loss_type=bnpo", "algo.scale_rewards=none", "algo.beta=0.04"),
-                               {"reward": sea_groups_constant}),
+    "dapo-iter2-accum2": (
+        ("algo.loss_type=dapo", "algo.beta=0.1", "algo.num_iterations=2", "trainer.grad_accum=2"),
+        {},
+    ),
+    "grpo-sequence-batch-weighted": (
+        (
+            "algo.importance_sampling_level=sequence",
+            "algo.scale_rewards=batch",
+            "algo.beta=0.04",
+            "algo.num_iterations=2",
+        ),
+        {"reward": [prompt_dependent_reward, length_reward], "weights": [1.0, 0.5]},
+    ),
+    "bnpo-unscaled-zero-std": (
+        ("algo.loss_type=bnpo", "algo.scale_rewards=none", "algo.beta=0.04"),
+        {"reward": sea_groups_constant},
+    ),
     "dr_grpo-no-kl": (("algo.loss_type=dr_grpo", "algo.beta=0.0", "algo.num_iterations=2"), {}),
 }
 KEYS = ("loss", "grad_norm", "kl", "kl_p95", "clip_ratio/region_mean")
@@ -125,8 +135,14 @@ def _assert_same(ref, got, rtol=1e-5):
 @pytest.fixture(scope="module")
 def moe_batch(tmp_path_factory):
     """tiny_gpt_oss (MoE) with router_aux_loss_coef=0.5, one group, and TRL's loss on it."""
-    trainer = make_trainer(tmp_path_factory.mktemp("moe"), "model=tiny_gpt_oss", "model.arch.router_aux_loss_coef=0.5",
-                           "algo.beta=0.04", "trainer.per_device_batch_size=4", "algo.max_completion_length=8")
+    trainer = make_trainer(
+        tmp_path_factory.mktemp("moe"),
+        "model=tiny_gpt_oss",
+        "model.arch.router_aux_loss_coef=0.5",
+        "algo.beta=0.04",
+        "trainer.per_device_batch_size=4",
+        "algo.max_completion_length=8",
+    )
     inputs = first_batch(trainer)
     perturb_lora(trainer.model, scale=0.3)
     return trainer, inputs, _loss_and_grads(trainer, inputs, "trl")
@@ -157,9 +173,16 @@ def off_policy_batch(tmp_path_factory):
 def configured(off_policy_batch):
     """The shared trainer with loss options set per test (they are plain attributes `_compute_loss` reads)."""
     trainer, inputs = off_policy_batch
-    saved = {k: getattr(trainer, k) for k in ("loss_type", "importance_sampling_level", "use_vllm",
-                                              "vllm_importance_sampling_correction",
-                                              "current_gradient_accumulation_steps")}
+    saved = {
+        k: getattr(trainer, k)
+        for k in (
+            "loss_type",
+            "importance_sampling_level",
+            "use_vllm",
+            "vllm_importance_sampling_correction",
+            "current_gradient_accumulation_steps",
+        )
+    }
     saved_bias_correction = trainer.args.use_bias_correction_kl
 
     def configure(bias_correction: bool = saved_bias_correction, **attrs):
@@ -180,8 +203,12 @@ def configured(off_policy_batch):
 def test_one_batch_off_policy_kernel_loss_equals_trl(configured, backend, loss_type, level, bias_correction):
     """num_iterations=2 and grad_accum=2 on one micro-batch: old log-probs from before an update, the KL bias
     correction on (TRL's default) and off, accumulation scaling (the loss type's own normaliser)."""
-    trainer, inputs = configured(loss_type=loss_type, importance_sampling_level=level,
-                                 current_gradient_accumulation_steps=2, bias_correction=bias_correction)
+    trainer, inputs = configured(
+        loss_type=loss_type,
+        importance_sampling_level=level,
+        current_gradient_accumulation_steps=2,
+        bias_correction=bias_correction,
+    )
     ref = _loss_and_grads(trainer, inputs, "trl")
     got = _loss_and_grads(trainer, inputs, backend)
     _assert_same(ref, got)

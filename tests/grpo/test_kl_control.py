@@ -42,8 +42,13 @@ def test_state_is_what_hf_checkpoints_and_rebuilds_the_controller():
 
 def _betas(tmp_path, target: float) -> tuple[list[float], list[float]]:
     run = tmp_path / f"t{target}"
-    proc = run_train("trainer.max_steps=5", "trainer.progress_bar=false", "algo.beta=0.05",
-                     f"algo.kl.target={target}", f"hydra.run.dir={run}")
+    proc = run_train(
+        "trainer.max_steps=5",
+        "trainer.progress_bar=false",
+        "algo.beta=0.05",
+        f"algo.kl.target={target}",
+        f"hydra.run.dir={run}",
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
     m = read_metrics(run / "metrics.jsonl")
     return [r["beta"] for r in m], [r["kl"] for r in m]
@@ -93,8 +98,13 @@ def test_beta_follows_each_optimizer_steps_kl_whatever_the_logging_window(kernel
         if not ok:
             pytest.skip(why)
     torch.set_num_threads(1)
-    over = (f"kernels={kernels}", "algo.kl.target=0.01", f"algo.kl.horizon={'null' if horizon is None else horizon}",
-            f"trainer.max_steps={STEPS}", "trainer.grad_accum=2")
+    over = (
+        f"kernels={kernels}",
+        "algo.kl.target=0.01",
+        f"algo.kl.horizon={'null' if horizon is None else horizon}",
+        f"trainer.max_steps={STEPS}",
+        "trainer.grad_accum=2",
+    )
     every, used1 = _run_recording_beta(tmp_path / "every", monkeypatch, *over, "trainer.logging_steps=1")
     window, used3 = _run_recording_beta(tmp_path / "window", monkeypatch, *over, "trainer.logging_steps=3")
 
@@ -107,12 +117,14 @@ def test_beta_follows_each_optimizer_steps_kl_whatever_the_logging_window(kernel
         c.update(row["kl"])
     assert all(a != b for a, b in zip(expected, expected[1:])), expected  # beta moved at every step
     assert [r["beta"] for r in every] == pytest.approx(expected, rel=1e-12)
-    assert {s: sorted(b) for s, b in used1.items()} == {s: [pytest.approx(b, rel=1e-12)] for s, b in
-                                                        zip(range(1, STEPS + 1), expected)}
+    assert {s: sorted(b) for s, b in used1.items()} == {
+        s: [pytest.approx(b, rel=1e-12)] for s, b in zip(range(1, STEPS + 1), expected)
+    }
 
     # logging every 3 steps (and the first): the same training, the same per-step betas, the step's own beta logged
     assert [r["step"] for r in window] == [1, 3, 6]
-    assert {s: sorted(b) for s, b in used3.items()} == {s: [pytest.approx(b, rel=1e-12)] for s, b in
-                                                        zip(range(1, STEPS + 1), expected)}
+    assert {s: sorted(b) for s, b in used3.items()} == {
+        s: [pytest.approx(b, rel=1e-12)] for s, b in zip(range(1, STEPS + 1), expected)
+    }
     assert [r["beta"] for r in window] == pytest.approx([expected[0], expected[2], expected[5]], rel=1e-12)
     assert window[1]["kl"] == pytest.approx((every[1]["kl"] + every[2]["kl"]) / 2, rel=1e-9)  # same training

@@ -20,23 +20,41 @@ PROMPTS = ["hi", "tell me a long story please", "why?", "a b c d e f g h"]
 
 @pytest.fixture(scope="module")
 def rollout(tmp_path_factory):
-    trainer = make_trainer(tmp_path_factory.mktemp("pos"), "model=tiny_gpt_oss", "model.arch.initializer_range=0.2",
-                           "model.dtype=bfloat16", "algo.beta=0.04")
+    trainer = make_trainer(
+        tmp_path_factory.mktemp("pos"),
+        "model=tiny_gpt_oss",
+        "model.arch.initializer_range=0.2",
+        "model.dtype=bfloat16",
+        "algo.beta=0.04",
+    )
     model, tok = trainer.model.eval(), trainer.processing_class
     lm = causal_lm(model)
     assert lm.dtype == torch.bfloat16 and lm.config.sliding_window == 4
     tok.padding_side = "left"
-    enc = tok([f"<|start|>user<|message|>{p}<|end|><|start|>assistant" for p in PROMPTS], return_tensors="pt",
-              padding=True)
+    enc = tok(
+        [f"<|start|>user<|message|>{p}<|end|><|start|>assistant" for p in PROMPTS], return_tensors="pt", padding=True
+    )
     n_new = 3 * lm.config.sliding_window + 2  # well past the window
     with torch.no_grad():
-        out = model.generate(**enc, max_new_tokens=n_new, min_new_tokens=n_new, do_sample=False, use_cache=True,
-                             output_logits=True, return_dict_in_generate=True, pad_token_id=tok.pad_token_id)
-    completion = out.sequences[:, enc.input_ids.shape[1]:]
+        out = model.generate(
+            **enc,
+            max_new_tokens=n_new,
+            min_new_tokens=n_new,
+            do_sample=False,
+            use_cache=True,
+            output_logits=True,
+            return_dict_in_generate=True,
+            pad_token_id=tok.pad_token_id,
+        )
+    completion = out.sequences[:, enc.input_ids.shape[1] :]
     sampled = torch.stack([torch.log_softmax(x.float(), -1) for x in out.logits], 1)
     sampled = sampled.gather(-1, completion.unsqueeze(-1)).squeeze(-1)
-    inputs = {"prompt_ids": enc.input_ids, "prompt_mask": enc.attention_mask, "completion_ids": completion,
-              "completion_mask": torch.ones_like(completion)}
+    inputs = {
+        "prompt_ids": enc.input_ids,
+        "prompt_mask": enc.attention_mask,
+        "completion_ids": completion,
+        "completion_mask": torch.ones_like(completion),
+    }
     return trainer, inputs, sampled
 
 
@@ -64,6 +82,7 @@ def test_kernel_path_scoring_uses_the_generation_positions(rollout):
     lm = causal_lm(trainer.model)
     with torch.no_grad():
         hidden, _ = trainer._completion_hidden(lm, inputs)
-        logps = completion_logps(hidden, lm.lm_head.weight, inputs["completion_ids"], inputs["completion_mask"],
-                                 backend="eager")
+        logps = completion_logps(
+            hidden, lm.lm_head.weight, inputs["completion_ids"], inputs["completion_mask"], backend="eager"
+        )
     _check(logps, sampled, inputs["prompt_mask"])

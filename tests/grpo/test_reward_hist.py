@@ -34,23 +34,36 @@ class _Logs(TrainerCallback):
 
 
 def _trainer(tmp_path, rewards, weights, eval_rows: int = 0) -> tuple[PosttrainGRPOTrainer, _Logs]:
-    cfg = load_config(["trainer.max_steps=1", "trainer.per_device_batch_size=8", "algo.num_generations=4",
-                       "trainer.progress_bar=false", "algo.max_completion_length=4"])
+    cfg = load_config(
+        [
+            "trainer.max_steps=1",
+            "trainer.per_device_batch_size=8",
+            "algo.num_generations=4",
+            "trainer.progress_bar=false",
+            "algo.max_completion_length=4",
+        ]
+    )
     torch.manual_seed(0)
     model, tok = load(cfg)
-    rows = [{"prompt": [{"role": "user", "content": f"say {i}"}], "instruction_id_list": [f"kind{i % 2}:x"]}
-            for i in range(2)]
+    rows = [
+        {"prompt": [{"role": "user", "content": f"say {i}"}], "instruction_id_list": [f"kind{i % 2}:x"]}
+        for i in range(2)
+    ]
     logs = _Logs()
     trainer = PosttrainGRPOTrainer(
-        model=model, reward_funcs=rewards, args=grpo_args(cfg, tmp_path, weights),
-        train_dataset=Dataset.from_list(rows), eval_dataset=Dataset.from_list(rows[:eval_rows]) if eval_rows else None,
-        processing_class=tok, callbacks=[logs],
+        model=model,
+        reward_funcs=rewards,
+        args=grpo_args(cfg, tmp_path, weights),
+        train_dataset=Dataset.from_list(rows),
+        eval_dataset=Dataset.from_list(rows[:eval_rows]) if eval_rows else None,
+        processing_class=tok,
+        callbacks=[logs],
     )
     return trainer, logs
 
 
 def _hist(log: dict, prefix: str = "reward_hist/") -> dict[str, int]:
-    return {k[len(prefix):]: v for k, v in log.items() if k.startswith(prefix)}
+    return {k[len(prefix) :]: v for k, v in log.items() if k.startswith(prefix)}
 
 
 def test_bins_span_the_weighted_sum_of_the_rewards_ranges(tmp_path):
@@ -72,9 +85,11 @@ def test_train_histogram_holds_train_rewards_only_and_eval_gets_its_own(tmp_path
     (train_row,) = [log for log in logs.logs if "loss" in log]
     # 8 train completions (2 prompts x 4 per type); the 2 eval prompts x 4 completions are eval's alone
     assert _hist(train_row) == {"kind0/0.8-1": 4, "kind1/0.8-1": 4} | {
-        f"kind{k}/{e}": 0 for k in (0, 1) for e in ("0-0.2", "0.2-0.4", "0.4-0.6", "0.6-0.8")}
+        f"kind{k}/{e}": 0 for k in (0, 1) for e in ("0-0.2", "0.2-0.4", "0.4-0.6", "0.6-0.8")
+    }
     assert _hist(eval_row, "eval_reward_hist/") == {"kind0/0.8-1": 4, "kind1/0.8-1": 4} | {
-        f"kind{k}/{e}": 0 for k in (0, 1) for e in ("0-0.2", "0.2-0.4", "0.4-0.6", "0.6-0.8")}
+        f"kind{k}/{e}": 0 for k in (0, 1) for e in ("0-0.2", "0.2-0.4", "0.4-0.6", "0.6-0.8")
+    }
 
 
 def test_every_registered_reward_declares_its_range_and_bound_rewards_carry_it():
@@ -100,8 +115,13 @@ def test_unknown_range_falls_back_to_the_windows_observed_values():
     assert total_range([plain], [1.0]) is None
     h = RewardHistogram(value_range=None)
     h.add([["all"]] * 3, [-1.0, 4.0, 1.5])
-    assert h.flush() == {"reward_hist/all/-1-0": 1, "reward_hist/all/0-1": 0, "reward_hist/all/1-2": 1,
-                         "reward_hist/all/2-3": 0, "reward_hist/all/3-4": 1}
+    assert h.flush() == {
+        "reward_hist/all/-1-0": 1,
+        "reward_hist/all/0-1": 0,
+        "reward_hist/all/1-2": 1,
+        "reward_hist/all/2-3": 0,
+        "reward_hist/all/3-4": 1,
+    }
     assert bin_edges((0.0, 0.0)) == (0.0, 0.0)
 
 
@@ -111,13 +131,19 @@ def test_two_processes_record_the_same_histograms_and_beta_as_one(tmp_path):
     rewards are histogrammed with their own rows, and adaptive beta moves on the KL of all processes."""
     from tests.sweeps.test_sweeps_e2e import _seeded
 
-    common = ("trainer.max_steps=3", "algo.beta=0.04", "algo.kl.target=0.001", "algo.num_generations=2",
-              "trainer.progress_bar=false")
+    common = (
+        "trainer.max_steps=3",
+        "algo.beta=0.04",
+        "algo.kl.target=0.001",
+        "algo.num_generations=2",
+        "trainer.progress_bar=false",
+    )
     one, two = tmp_path / "one", tmp_path / "two"
     p1 = _seeded(*common, "trainer.per_device_batch_size=6", f"hydra.run.dir={one}", nproc=1, cwd=tmp_path)
     assert p1.returncode == 0, p1.stderr[-3000:]
-    p2 = _seeded(*common, "trainer.per_device_batch_size=3", "hw.num_devices=2", f"hydra.run.dir={two}", nproc=2,
-                 cwd=tmp_path)
+    p2 = _seeded(
+        *common, "trainer.per_device_batch_size=3", "hw.num_devices=2", f"hydra.run.dir={two}", nproc=2, cwd=tmp_path
+    )
     assert p2.returncode == 0, p2.stderr[-3000:]
     m1, m2 = ([json.loads(x) for x in (d / "metrics.jsonl").read_text().splitlines()] for d in (one, two))
     assert [m["step"] for m in m1] == [m["step"] for m in m2] == [1, 2, 3]

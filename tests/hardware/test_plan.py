@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+
 import pytest
 
 from posttrain.hardware import apply_profile, plan, plan_summary
@@ -110,7 +111,7 @@ def test_reference_copy_only_for_full_finetune_with_kl(compose):
     lora = plan(compose("model=llama3_2_1b", "hw=a100", "algo.beta=0.04"))
     full = plan(compose("model=llama3_2_1b", "hw=a100", "algo.beta=0.04", "model.lora.enabled=false"))
     no_kl = plan(compose("model=llama3_2_1b", "hw=a100", "algo.beta=0", "model.lora.enabled=false"))
-    names = lambda p: {i.name for i in p.items}  # noqa: E731
+    names = lambda p: {i.name for i in p.items}
     assert "reference model" not in names(lora) and "reference model" not in names(no_kl)
     assert _item(full, "reference model") == pytest.approx(1.2358144e9 * 2)
 
@@ -150,7 +151,8 @@ def test_plan_counts_extra_trainable_parameters_from_the_modules(compose):
     built = build_d2l(d2l)
     assert get_algorithm("d2l").workload(d2l).extra_trainable == sum(p.numel() for p in built.hypernet.parameters())
     assert sum(p.numel() for p in built.parameters() if p.requires_grad) == sum(
-        p.numel() for p in built.hypernet.parameters())
+        p.numel() for p in built.hypernet.parameters()
+    )
     con = compose("algo=contrastive", "model=tiny_llama")
     head = build_contrastive(con).head
     assert get_algorithm("contrastive").workload(con).extra_trainable == sum(p.numel() for p in head.parameters())

@@ -8,9 +8,9 @@ import pytest
 import torch
 
 from posttrain.hardware import apply_profile
-from posttrain.launch import launch_hint
 from posttrain.hardware import profile as profile_mod
 from posttrain.hardware.profile import sharding
+from posttrain.launch import launch_hint
 from posttrain.models import load_kwargs, torch_dtype
 from posttrain.training_args import common_training_kwargs
 
@@ -80,8 +80,15 @@ def test_gradient_checkpointing_non_reentrant(compose, tmp_path, algo):
             seen["reentrant"] = {m._gradient_checkpointing_func.keywords.get("use_reentrant") for m in layers}
             control.should_training_stop = True
 
-    cfg = compose("model=tiny_llama", "hw=cpu", "hw.gradient_checkpointing=true", *TINY[algo], "trainer.max_steps=1",
-                  "trainer.progress_bar=false", run_dir=tmp_path)
+    cfg = compose(
+        "model=tiny_llama",
+        "hw=cpu",
+        "hw.gradient_checkpointing=true",
+        *TINY[algo],
+        "trainer.max_steps=1",
+        "trainer.progress_bar=false",
+        run_dir=tmp_path,
+    )
     apply_profile(cfg, overrides=set())
     get_algorithm(algo).build_trainer(cfg, tmp_path, [Look()]).train()
     assert seen["layers"] >= cfg.model.arch.num_hidden_layers and seen["reentrant"] == {False}

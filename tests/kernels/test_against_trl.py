@@ -21,9 +21,17 @@ def model():
 
 def _ours(model, inputs, backend, **kw):
     hidden = completion_hidden(model, inputs)
-    return grpo_loss(hidden, model.lm_head.weight, inputs["completion_ids"], inputs["completion_mask"],
-                     inputs["advantages"], inputs.get("old_per_token_logps"), inputs.get("ref_per_token_logps"),
-                     backend=backend, **kw)
+    return grpo_loss(
+        hidden,
+        model.lm_head.weight,
+        inputs["completion_ids"],
+        inputs["completion_mask"],
+        inputs["advantages"],
+        inputs.get("old_per_token_logps"),
+        inputs.get("ref_per_token_logps"),
+        backend=backend,
+        **kw,
+    )
 
 
 def _grads(model, loss):
@@ -57,7 +65,8 @@ def test_loss_and_grads_match_trl(model, backend, loss_type, level, beta, num_it
     assert loss.item() == pytest.approx(ref_loss.item(), rel=1e-5, abs=1e-6)
     _assert_close_grads(ref_grads, grads, rtol=2e-5)
     assert stats["clip_ratio"] == pytest.approx(ref_metrics["clip_ratio/region_mean"], abs=1e-6) or (
-        backend == "liger" and level == "sequence")  # liger's clip ratio is token-weighted at sequence level
+        backend == "liger" and level == "sequence"
+    )  # liger's clip ratio is token-weighted at sequence level
     if beta != 0.0:
         assert stats["kl_mean"] == pytest.approx(ref_metrics["kl"], rel=1e-5)
     if backend != "liger":
@@ -152,8 +161,14 @@ def test_liger_refuses_what_it_cannot_do(model):
         _ours(model, inputs, "liger", beta=0.1, kl_estimator="k2")
     hidden = completion_hidden(model, inputs)
     with pytest.raises(NotImplementedError, match="advantages"):
-        grpo_loss(hidden, model.lm_head.weight, inputs["completion_ids"], inputs["completion_mask"],
-                  inputs["advantages"][:, None].expand(-1, hidden.shape[1]), backend="liger")
+        grpo_loss(
+            hidden,
+            model.lm_head.weight,
+            inputs["completion_ids"],
+            inputs["completion_mask"],
+            inputs["advantages"][:, None].expand(-1, hidden.shape[1]),
+            backend="liger",
+        )
 
 
 def test_prompt_padding_and_masked_tokens_do_not_change_loss(model):
@@ -167,8 +182,15 @@ def test_prompt_padding_and_masked_tokens_do_not_change_loss(model):
     out = []
     for h, y in ((hidden, inputs["completion_ids"]), (noisy, ids)):
         h = h.clone().requires_grad_()
-        loss, _ = grpo_loss(h, model.lm_head.weight.detach(), y, mask, inputs["advantages"],
-                            inputs["old_per_token_logps"], backend="fused")
+        loss, _ = grpo_loss(
+            h,
+            model.lm_head.weight.detach(),
+            y,
+            mask,
+            inputs["advantages"],
+            inputs["old_per_token_logps"],
+            backend="fused",
+        )
         loss.backward()
         out.append((loss.item(), h.grad))
     assert out[0][0] == out[1][0]
@@ -181,8 +203,9 @@ def test_all_masked_batch_gives_zero_loss_and_grad(model):
     hidden = completion_hidden(model, inputs).detach().requires_grad_()
     mask = torch.zeros_like(inputs["completion_mask"])
     for backend in TORCH_BACKENDS:
-        loss, stats = grpo_loss(hidden, model.lm_head.weight.detach(), inputs["completion_ids"], mask,
-                                inputs["advantages"], backend=backend)
+        loss, stats = grpo_loss(
+            hidden, model.lm_head.weight.detach(), inputs["completion_ids"], mask, inputs["advantages"], backend=backend
+        )
         (g,) = torch.autograd.grad(loss, hidden)
         assert loss.item() == 0.0 and g.abs().max() == 0, backend
 

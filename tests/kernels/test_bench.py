@@ -11,9 +11,23 @@ import pytest
 
 @pytest.mark.slow
 def test_bench_grpo_loss_small_shape():
-    proc = subprocess.run([sys.executable, "-m", "posttrain.bench", "grpo_loss", "--shape", "512,64,32768",
-                           "--backends", "eager,fused", "--rounds", "1"],
-                          capture_output=True, text=True, timeout=600)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "posttrain.bench",
+            "grpo_loss",
+            "--shape",
+            "512,64,32768",
+            "--backends",
+            "eager,fused",
+            "--rounds",
+            "1",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     recs = {r["backend"]: r for r in map(json.loads, proc.stdout.strip().splitlines())}
     assert set(recs) == {"two_gemm", "eager", "fused"}

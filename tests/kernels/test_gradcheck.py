@@ -19,8 +19,11 @@ from posttrain.kernels import gradcheck as gc
 LOSS_TYPES = ["grpo", "bnpo", "dr_grpo", "dapo"]
 # beta = 0: the estimator only feeds the stats; beta > 0: each estimator is in the loss, with TRL's default
 # KL bias correction; then k3 without it, and k3 with a vLLM importance-sampling ratio (gc.MATRIX's cases)
-KL_CASES = [(c["beta"], c["kl_estimator"], c["kl_bias_correction"], c["vllm_is_ratio"])
-            for c in gc.MATRIX if (c["loss_type"], c["importance_sampling_level"]) == ("grpo", "token")]
+KL_CASES = [
+    (c["beta"], c["kl_estimator"], c["kl_bias_correction"], c["vllm_is_ratio"])
+    for c in gc.MATRIX
+    if (c["loss_type"], c["importance_sampling_level"]) == ("grpo", "token")
+]
 CASE_IDS = [f"beta{b}-{k}-bc{int(bc)}-is{int(isr)}" for b, k, bc, isr in KL_CASES]
 
 
@@ -56,9 +59,22 @@ def triton_matrix():
     """Triton reads TRITON_INTERPRET when `triton` is first imported (TRL imports it early in a test
     session), so the Triton cases run in one fresh process with the variable set from the start."""
     env = {**os.environ, "TRITON_INTERPRET": "1"}
-    proc = subprocess.run([sys.executable, "-m", "posttrain.kernels.gradcheck", "--matrix", "kernels=triton",
-                           "token_block=32", "vocab_block=128", "empty_rows=1"],
-                          capture_output=True, text=True, env=env, timeout=900)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "posttrain.kernels.gradcheck",
+            "--matrix",
+            "kernels=triton",
+            "token_block=32",
+            "vocab_block=128",
+            "empty_rows=1",
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=900,
+    )
     rows = [json.loads(ln) for ln in proc.stdout.splitlines() if ln.startswith("{")]
     return proc.returncode, rows, proc.stderr
 
@@ -66,14 +82,24 @@ def triton_matrix():
 @pytest.mark.parametrize("loss_type", LOSS_TYPES)
 @pytest.mark.parametrize("level", ["token", "sequence"])
 @pytest.mark.parametrize("beta,estimator,bias_correction,is_ratio", KL_CASES, ids=CASE_IDS)
-def test_gradcheck_matrix_triton_interpret(triton_matrix, loss_type, level, beta, estimator, bias_correction,
-                                           is_ratio):
+def test_gradcheck_matrix_triton_interpret(triton_matrix, loss_type, level, beta, estimator, bias_correction, is_ratio):
     code, rows, err = triton_matrix
     if any(r.get("unavailable") for r in rows):
         pytest.skip(rows[0]["unavailable"])
     key = (loss_type, level, beta, estimator, bias_correction, is_ratio)
-    (row,) = [r for r in rows if (r["loss_type"], r["importance_sampling_level"], r["beta"], r["kl_estimator"],
-                                  r["kl_bias_correction"], r["vllm_is_ratio"]) == key] or [None]
+    (row,) = [
+        r
+        for r in rows
+        if (
+            r["loss_type"],
+            r["importance_sampling_level"],
+            r["beta"],
+            r["kl_estimator"],
+            r["kl_bias_correction"],
+            r["vllm_is_ratio"],
+        )
+        == key
+    ] or [None]
     assert row is not None, err[-2000:]
     assert row["exit"] == 0, row.get("failures")
     assert row["abs_diff_loss"] < 2e-5 and row["max_rel_diff_dhidden"] < 1e-4
@@ -86,9 +112,18 @@ def test_gradcheck_matrix_triton_interpret(triton_matrix, loss_type, level, beta
 def test_gradcheck_matrix(backend, loss_type, level, beta, estimator, bias_correction, is_ratio):
     _backend_or_skip(backend)
     # tiles of 32 tokens x 128 vocab (3 vocab tiles); the multi-token-tile cases are the tests below
-    code, out = _run(kernels=backend, loss_type=loss_type, importance_sampling_level=level, beta=beta,
-                     kl_estimator=estimator, kl_bias_correction=bias_correction, vllm_is_ratio=is_ratio,
-                     empty_rows="1", token_block=32, vocab_block=128)
+    code, out = _run(
+        kernels=backend,
+        loss_type=loss_type,
+        importance_sampling_level=level,
+        beta=beta,
+        kl_estimator=estimator,
+        kl_bias_correction=bias_correction,
+        vllm_is_ratio=is_ratio,
+        empty_rows="1",
+        token_block=32,
+        vocab_block=128,
+    )
     if backend == "liger" and beta != 0.0 and estimator != "k3":
         assert code == 2 and "kl_estimator" in out["unsupported"]
         return
@@ -100,8 +135,9 @@ def test_gradcheck_matrix(backend, loss_type, level, beta, estimator, bias_corre
 @pytest.mark.parametrize("loss_type", LOSS_TYPES)
 def test_gradcheck_weight_grad_temperature_on_policy(backend, loss_type):
     _backend_or_skip(backend)
-    code, out = _run(kernels=backend, loss_type=loss_type, weight_grad=True, temperature=0.7, on_policy=True,
-                     empty_rows="0,2")
+    code, out = _run(
+        kernels=backend, loss_type=loss_type, weight_grad=True, temperature=0.7, on_policy=True, empty_rows="0,2"
+    )
     assert code == 0, out.get("failures")
     assert "max_rel_diff_dweight" in out and out["max_rel_diff_dweight"] < 1e-4
 
@@ -132,24 +168,48 @@ def test_fp64_is_exact(backend):
 
 def _cli(*args, env_extra=None):
     env = {**os.environ, "TRITON_INTERPRET": "1", **(env_extra or {})}
-    return subprocess.run([sys.executable, "-m", "posttrain.kernels.gradcheck", *args], capture_output=True,
-                          text=True, env=env, timeout=300)
+    return subprocess.run(
+        [sys.executable, "-m", "posttrain.kernels.gradcheck", *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+    )
 
 
 def test_cli_prints_metrics_and_passes():
-    proc = _cli("kernels=fused", "loss_type=dapo", "beta=0.04", "kl_estimator=k3",
-                "importance_sampling_level=sequence", "weight_grad=true")
+    proc = _cli(
+        "kernels=fused",
+        "loss_type=dapo",
+        "beta=0.04",
+        "kl_estimator=k3",
+        "importance_sampling_level=sequence",
+        "weight_grad=true",
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    for key in ("loss_ref", "loss_kernel", "abs_diff_loss", "max_abs_diff_dhidden", "max_rel_diff_dhidden",
-                "max_abs_diff_dweight", "max_rel_diff_dweight"):
+    for key in (
+        "loss_ref",
+        "loss_kernel",
+        "abs_diff_loss",
+        "max_abs_diff_dhidden",
+        "max_rel_diff_dhidden",
+        "max_abs_diff_dweight",
+        "max_rel_diff_dweight",
+    ):
         assert f"{key}: " in proc.stdout
     assert "PASS" in proc.stdout
     summary = json.loads(proc.stdout.strip().splitlines()[-1])
     assert summary["exit"] == 0 and summary["config"]["loss_type"] == "dapo"
 
 
-@pytest.mark.parametrize("extra", [["weight_grad=true", "temperature=0.7", "on_policy=true", "empty_rows=0,2"],
-                                   ["logit_std=60", "weight_grad=true"], ["dtype=bf16", "weight_grad=true"]])
+@pytest.mark.parametrize(
+    "extra",
+    [
+        ["weight_grad=true", "temperature=0.7", "on_policy=true", "empty_rows=0,2"],
+        ["logit_std=60", "weight_grad=true"],
+        ["dtype=bf16", "weight_grad=true"],
+    ],
+)
 def test_triton_interpret_cli(extra):
     """Triton (TRITON_INTERPRET=1, fresh process): weight grad, temperature, lazy-max re-basing, bf16."""
     proc = _cli("kernels=triton", "beta=0.04", *extra)

@@ -36,16 +36,21 @@ def _grad(f, theta):
 def _closed_forms(theta, ref):
     logp = torch.log_softmax(theta, -1)
     p, q = logp.exp(), ref.exp()
-    reverse = (p * (logp - ref)).sum()        # KL(p || q)
-    forward = (q * (ref - logp)).sum()        # KL(q || p)
+    reverse = (p * (logp - ref)).sum()  # KL(p || q)
+    forward = (q * (ref - logp)).sum()  # KL(q || p)
     return reverse, _grad(reverse, theta), _grad(forward, theta)
 
 
 def _expected_term(theta, ref, estimator, bias_correction):
     """E_{x~p}[kl term(x)] with the sample held fixed: every token once, weighted by the (detached) p(x)."""
     logp = torch.log_softmax(theta, -1)
-    kl = kl_per_token(logp.unsqueeze(0), ref.unsqueeze(0), torch.ones(1, V), kl_estimator=estimator,
-                      kl_bias_correction=bias_correction)
+    kl = kl_per_token(
+        logp.unsqueeze(0),
+        ref.unsqueeze(0),
+        torch.ones(1, V),
+        kl_estimator=estimator,
+        kl_bias_correction=bias_correction,
+    )
     return (logp.detach().exp() * kl.squeeze(0)).sum()
 
 
@@ -76,8 +81,9 @@ def test_estimator_gradients_as_loss_terms(seed):
     torch.testing.assert_close(grad_of("k1", True), grad_reverse, rtol=1e-10, atol=1e-12)
 
 
-@pytest.mark.parametrize("estimator,bias_correction,target", [("k1", False, "zero"), ("k3", False, "forward"),
-                                                              ("k3", True, "reverse")])
+@pytest.mark.parametrize(
+    "estimator,bias_correction,target", [("k1", False, "zero"), ("k3", False, "forward"), ("k3", True, "reverse")]
+)
 def test_sampled_loss_term_gradient(estimator, bias_correction, target):
     """Monte Carlo through `policy_loss_from_logps` itself (advantages 0, beta 1: the loss is the mean KL term)."""
     theta, ref = _dists(0)
@@ -87,9 +93,16 @@ def test_sampled_loss_term_gradient(estimator, bias_correction, target):
     logp = torch.log_softmax(theta, -1)
     x = torch.multinomial(logp.detach().exp(), n, replacement=True, generator=torch.Generator().manual_seed(5))
     tokens = logp[x].unsqueeze(0)
-    loss, stats = policy_loss_from_logps(tokens, torch.ones(1, n), torch.zeros(1, dtype=torch.float64),
-                                         ref_logps=ref[x].unsqueeze(0), beta=1.0, loss_type="bnpo",
-                                         kl_estimator=estimator, kl_bias_correction=bias_correction)
+    loss, stats = policy_loss_from_logps(
+        tokens,
+        torch.ones(1, n),
+        torch.zeros(1, dtype=torch.float64),
+        ref_logps=ref[x].unsqueeze(0),
+        beta=1.0,
+        loss_type="bnpo",
+        kl_estimator=estimator,
+        kl_bias_correction=bias_correction,
+    )
     kl_exact, _, _ = _closed_forms(theta, ref)
     if estimator in ("k1", "k3"):
         assert stats["kl_mean"] == pytest.approx(kl_exact.item(), rel=0.02)

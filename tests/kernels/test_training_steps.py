@@ -18,9 +18,18 @@ def _trajectory(backend: str, steps: int = 5, full_finetune: bool = True) -> lis
     losses = []
     for _ in range(steps):
         hidden = completion_hidden(model, inputs)
-        loss, stats = grpo_loss(hidden, model.lm_head.weight, inputs["completion_ids"], inputs["completion_mask"],
-                                inputs["advantages"], inputs["old_per_token_logps"], inputs["ref_per_token_logps"],
-                                backend=backend, beta=0.04, loss_type="dapo")
+        loss, stats = grpo_loss(
+            hidden,
+            model.lm_head.weight,
+            inputs["completion_ids"],
+            inputs["completion_mask"],
+            inputs["advantages"],
+            inputs["old_per_token_logps"],
+            inputs["ref_per_token_logps"],
+            backend=backend,
+            beta=0.04,
+            loss_type="dapo",
+        )
         opt.zero_grad()
         loss.backward()
         opt.step()

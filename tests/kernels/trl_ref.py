@@ -37,9 +37,16 @@ class _Accelerator:
 
 def tiny_model(vocab: int = 160, hidden: int = 32, seed: int = 0, temperature: float = 1.0) -> LlamaForCausalLM:
     torch.manual_seed(seed)
-    cfg = LlamaConfig(vocab_size=vocab, hidden_size=hidden, intermediate_size=64, num_hidden_layers=2,
-                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=128,
-                      tie_word_embeddings=False)
+    cfg = LlamaConfig(
+        vocab_size=vocab,
+        hidden_size=hidden,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=128,
+        tie_word_embeddings=False,
+    )
     model = LlamaForCausalLM(cfg).float()
     with torch.no_grad():  # random init has tiny logits; make the softmax non-trivial
         model.lm_head.weight.mul_(40.0)
@@ -52,8 +59,18 @@ def trl_default(field: str):
     return GRPOConfig.__dataclass_fields__[field].default
 
 
-def trl_loss(model, inputs: dict, *, loss_type="grpo", beta=0.0, epsilon_low=0.2, epsilon_high=0.2,
-             importance_sampling_level="token", max_completion_length=None, **args):
+def trl_loss(
+    model,
+    inputs: dict,
+    *,
+    loss_type="grpo",
+    beta=0.0,
+    epsilon_low=0.2,
+    epsilon_high=0.2,
+    importance_sampling_level="token",
+    max_completion_length=None,
+    **args,
+):
     """(loss, metrics) from TRL's `GRPOTrainer._compute_loss` (train mode, no accumulation).
 
     `args` override `GRPOConfig` fields the loss reads; every other one keeps TRL's default (e.g.
@@ -63,12 +80,22 @@ def trl_loss(model, inputs: dict, *, loss_type="grpo", beta=0.0, epsilon_low=0.2
     defaults = {f: trl_default(f) for f in ("use_bias_correction_kl", "delta")}
     use_is = inputs.get("importance_sampling_ratio") is not None
     stub = types.SimpleNamespace(
-        model=model, accelerator=_Accelerator(), loss_type=loss_type, beta=beta,
-        epsilon_low=epsilon_low, epsilon_high=epsilon_high, importance_sampling_level=importance_sampling_level,
+        model=model,
+        accelerator=_Accelerator(),
+        loss_type=loss_type,
+        beta=beta,
+        epsilon_low=epsilon_low,
+        epsilon_high=epsilon_high,
+        importance_sampling_level=importance_sampling_level,
         max_completion_length=max_completion_length or inputs["completion_ids"].shape[1],
-        top_entropy_quantile=1.0, aux_loss_enabled=False, off_policy_mask_threshold=None, use_vllm=use_is,
-        vllm_importance_sampling_correction=use_is, current_gradient_accumulation_steps=1,
-        _entropy_bonus_enabled=False, _metrics={"train": defaultdict(list), "eval": defaultdict(list)},
+        top_entropy_quantile=1.0,
+        aux_loss_enabled=False,
+        off_policy_mask_threshold=None,
+        use_vllm=use_is,
+        vllm_importance_sampling_correction=use_is,
+        current_gradient_accumulation_steps=1,
+        _entropy_bonus_enabled=False,
+        _metrics={"train": defaultdict(list), "eval": defaultdict(list)},
         args=types.SimpleNamespace(**{**defaults, **args}, steps_per_generation=1),
     )
     stub._get_per_token_logps_and_entropies = types.MethodType(GRPOTrainer._get_per_token_logps_and_entropies, stub)
@@ -85,7 +112,7 @@ def completion_hidden(model, inputs: dict) -> torch.Tensor:
     att = torch.cat([inputs["prompt_mask"], inputs["completion_mask"]], 1)
     T = inputs["completion_ids"].shape[1]
     out = model.model(input_ids=ids, attention_mask=att, use_cache=False).last_hidden_state
-    return out[:, -T - 1:-1]
+    return out[:, -T - 1 : -1]
 
 
 def make_inputs(model, B=4, P=5, T=7, seed=1, empty_rows=(1,), off_policy=0.3):
@@ -101,13 +128,20 @@ def make_inputs(model, B=4, P=5, T=7, seed=1, empty_rows=(1,), off_policy=0.3):
     for r in empty_rows:
         completion_mask[r] = 0
     advantages = torch.randn(B, generator=g)
-    inputs = dict(prompt_ids=prompt_ids, prompt_mask=prompt_mask, completion_ids=completion_ids,
-                  completion_mask=completion_mask, advantages=advantages)
+    inputs = dict(
+        prompt_ids=prompt_ids,
+        prompt_mask=prompt_mask,
+        completion_ids=completion_ids,
+        completion_mask=completion_mask,
+        advantages=advantages,
+    )
     # old/ref near the current policy so ratios straddle the clip range
     with torch.no_grad():
         from posttrain.kernels import completion_logps
-        cur = completion_logps(completion_hidden(model, inputs), model.lm_head.weight, completion_ids,
-                               completion_mask, backend="eager")
+
+        cur = completion_logps(
+            completion_hidden(model, inputs), model.lm_head.weight, completion_ids, completion_mask, backend="eager"
+        )
     inputs["old_per_token_logps"] = (cur + off_policy * torch.randn(B, T, generator=g)) * completion_mask
     inputs["ref_per_token_logps"] = (cur + 0.5 * torch.randn(B, T, generator=g)) * completion_mask
     return inputs

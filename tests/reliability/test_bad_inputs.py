@@ -16,8 +16,14 @@ from experiments.reliability import cases
 from tests.reliability.helpers import ROOT
 
 # cases that build a model and train a step or two before failing (seconds each, not milliseconds)
-TRAINING = {"nan_loss", "grpo_diverged", "reward_raises", "reward_wrong_length", "prompt_too_long",
-            "no_generation_tags"}
+TRAINING = {
+    "nan_loss",
+    "grpo_diverged",
+    "reward_raises",
+    "reward_wrong_length",
+    "prompt_too_long",
+    "no_generation_tags",
+}
 
 
 @pytest.fixture(scope="module")
@@ -37,7 +43,8 @@ def test_there_are_at_least_25_distinct_cases():
 
 
 @pytest.mark.parametrize(
-    "case", [pytest.param(c, marks=pytest.mark.slow) if c.id in TRAINING else c for c in cases.CASES],
+    "case",
+    [pytest.param(c, marks=pytest.mark.slow) if c.id in TRAINING else c for c in cases.CASES],
     ids=[c.id for c in cases.CASES],
 )
 def test_case_fails_in_one_line_and_overwrites_nothing(case, work):
@@ -62,8 +69,9 @@ def test_a_bug_still_shows_its_traceback(work, monkeypatch):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("case_id", ["unknown_group_choice", "missing_dataset", "not_utf8", "run_dir_not_creatable",
-                                     "reward_raises"])
+@pytest.mark.parametrize(
+    "case_id", ["unknown_group_choice", "missing_dataset", "not_utf8", "run_dir_not_creatable", "reward_raises"]
+)
 def test_real_subprocess_stderr_is_exactly_one_line(case_id, work):
     """In a fresh `python train.py` every library warning and logger reaches stderr: still one line."""
     case = next(c for c in cases.CASES if c.id == case_id)

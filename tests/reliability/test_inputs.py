@@ -16,9 +16,9 @@ from pathlib import Path
 import pytest
 from omegaconf import OmegaConf
 
+from posttrain.algos.registry import algorithms
 from posttrain.config.compose import load_config
 from posttrain.config.finite import check_finite, non_finite
-from posttrain.algos.registry import algorithms
 from posttrain.config.schema import Config
 from posttrain.config.validate import ConfigError
 from posttrain.data.jsonl import check_data_file, prompt_problem, read_json, read_jsonl
@@ -26,8 +26,11 @@ from posttrain.errors import DataError
 from posttrain.inputs import RunDirError, check_inputs, check_run_dir
 
 ALGO_SCHEMAS = {name: algorithm.schema for name, algorithm in algorithms().items()}
-ALGOS = {"grpo": ["algo=grpo"], "contrastive": ["algo=contrastive", "data=contrastive_injection"],
-         "d2l": ["algo=d2l", "data=d2l_synth"]}
+ALGOS = {
+    "grpo": ["algo=grpo"],
+    "contrastive": ["algo=contrastive", "data=contrastive_injection"],
+    "d2l": ["algo=d2l", "data=d2l_synth"],
+}
 
 
 # -- nan / inf in numeric config fields ------------------------------------------------------------------------------
@@ -52,8 +55,11 @@ def _schema_floats(algo: str) -> list[str]:
 
 def test_every_algorithm_schema_is_walked():
     assert set(ALGO_SCHEMAS) == set(ALGOS)
-    for algo, needles in (("grpo", ["algo.beta", "algo.kl.target", "algo.generation.top_p"]),
-                          ("contrastive", ["algo.temperature"]), ("d2l", ["algo.alpha", "algo.kl_temperature"])):
+    for algo, needles in (
+        ("grpo", ["algo.beta", "algo.kl.target", "algo.generation.top_p"]),
+        ("contrastive", ["algo.temperature"]),
+        ("d2l", ["algo.alpha", "algo.kl_temperature"]),
+    ):
         keys = _schema_floats(algo)
         assert {"trainer.lr", "trainer.max_grad_norm", "hw.device_gib", "model.lora.dropout"} <= set(keys)
         assert set(needles) <= set(keys), (algo, keys)
@@ -138,8 +144,10 @@ def test_utf8_text_reads(tmp_path):
         (3, "prompt must be a string or a list of chat messages {role, content}, got a number"),
         (None, "prompt must be a string or a list of chat messages {role, content}, got null"),
         (True, "prompt must be a string or a list of chat messages {role, content}, got true/false"),
-        ({"role": "user", "content": "hi"}, "prompt must be a string or a list of chat messages {role, content}, "
-                                            "got an object"),
+        (
+            {"role": "user", "content": "hi"},
+            "prompt must be a string or a list of chat messages {role, content}, got an object",
+        ),
         (["count to 3"], "got a list that is not {role, content} messages"),
         ([{"role": "user", "content": None}], "got a list that is not {role, content} messages"),
     ],
@@ -153,16 +161,18 @@ def test_bad_prompt_names_file_and_line(tmp_path):
     f = _jsonl(tmp_path / "data.jsonl", {"prompt": "ok"}, "", {"prompt": 7})
     with pytest.raises(DataError) as err:
         read_jsonl(f)
-    assert str(err.value) == (f"{f}:3: prompt must be a string or a list of chat messages {{role, content}}, "
-                              "got a number")
+    assert str(err.value) == (
+        f"{f}:3: prompt must be a string or a list of chat messages {{role, content}}, got a number"
+    )
     f = _jsonl(tmp_path / "data.jsonl", {"prompt": "ok"}, {"prompt": ""})
     with pytest.raises(DataError, match=re.escape(f"{f}:2: prompt is empty")):
         read_jsonl(f)
     f = _jsonl(tmp_path / "data.jsonl", {"prompt": "ok"}, {"prompt": [{"role": "user", "content": "hi"}]})
     with pytest.raises(DataError) as err:
         read_jsonl(f)
-    assert str(err.value) == (f"{f}:2: prompt is chat messages but line 1's is a string "
-                              "(use one kind for the whole file)")
+    assert str(err.value) == (
+        f"{f}:2: prompt is chat messages but line 1's is a string (use one kind for the whole file)"
+    )
 
 
 def test_rows_without_prompt_are_not_prompt_data(tmp_path):
@@ -222,8 +232,9 @@ def test_run_dir_with_a_file_in_the_way(tmp_path):
     (tmp_path / "blocker").write_text("x")
     with pytest.raises(RunDirError) as err:
         check_run_dir(str(tmp_path / "blocker"))
-    assert str(err.value) == (f"hydra.run.dir={tmp_path / 'blocker'}: cannot create the run directory "
-                              f"({tmp_path / 'blocker'} is a file)")
+    assert str(err.value) == (
+        f"hydra.run.dir={tmp_path / 'blocker'}: cannot create the run directory ({tmp_path / 'blocker'} is a file)"
+    )
     with pytest.raises(RunDirError, match=re.escape(f"({tmp_path / 'blocker'} is a file)")):
         check_run_dir(str(tmp_path / "blocker" / "a" / "run"))
     with pytest.raises(RunDirError, match=re.escape(f"({tmp_path / 'blocker'} is a file)")):

@@ -19,13 +19,27 @@ import pytest
 from posttrain.checkpoints import COMPLETE_MARKER, complete_checkpoints, resolve_resume
 from tests.reliability.helpers import COMMON, ROOT, TINY, metrics
 
-ENV = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "WANDB_MODE": "offline",
-       "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": "1"}
+ENV = {
+    **os.environ,
+    "HF_HUB_OFFLINE": "1",
+    "HF_DATASETS_OFFLINE": "1",
+    "WANDB_MODE": "offline",
+    "PYTHONUNBUFFERED": "1",
+    "OMP_NUM_THREADS": "1",
+}
 
 
 def _cmd(algo: str, run: Path, *extra: str, entry: Path = ROOT / "train.py") -> list[str]:
-    return [sys.executable, str(entry), *COMMON, *TINY[algo], "trainer.max_steps=4",
-            "trainer.save_steps=1", *extra, f"hydra.run.dir={run}"]
+    return [
+        sys.executable,
+        str(entry),
+        *COMMON,
+        *TINY[algo],
+        "trainer.max_steps=4",
+        "trainer.save_steps=1",
+        *extra,
+        f"hydra.run.dir={run}",
+    ]
 
 
 def test_resume_auto_picks_newest_complete_checkpoint_and_says_which(tmp_path, capsys):
@@ -49,8 +63,13 @@ def test_sigkill_while_saving_keeps_previous_checkpoint(algo, tmp_path):
     run = tmp_path / "run"
     ckpts = run / "checkpoints"
     log = (tmp_path / "killed.log").open("w")
-    proc = subprocess.Popen(_cmd(algo, run, entry=Path(__file__).with_name("slow_save_train.py")), cwd=ROOT, env=ENV,
-                            stdout=log, stderr=subprocess.STDOUT)
+    proc = subprocess.Popen(
+        _cmd(algo, run, entry=Path(__file__).with_name("slow_save_train.py")),
+        cwd=ROOT,
+        env=ENV,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
     try:
         deadline = time.time() + 600
         while not (ckpts / ".staging-2").exists():
@@ -67,8 +86,9 @@ def test_sigkill_while_saving_keeps_previous_checkpoint(algo, tmp_path):
     assert complete_checkpoints(ckpts) == [ckpts / "checkpoint-1"]
     assert [m["step"] for m in metrics(run)] == [1, 2]  # step 2 was logged before its save was killed
 
-    resumed = subprocess.run(_cmd(algo, run, "resume=auto"), cwd=ROOT, env=ENV, capture_output=True, text=True,
-                             timeout=900)
+    resumed = subprocess.run(
+        _cmd(algo, run, "resume=auto"), cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=900
+    )
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert f"resume=auto: resuming from {ckpts / 'checkpoint-1'}" in resumed.stdout
     assert [m["step"] for m in metrics(run)] == [1, 2, 3, 4]  # step 2 re-run once, not logged twice

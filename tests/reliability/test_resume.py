@@ -15,8 +15,12 @@ import torch
 from tests.reliability.helpers import compose, leg, metrics, optimizer_state, tensors, trainer_state
 
 N = 2
-SCHEDULE = (f"trainer.max_steps={2 * N}", f"trainer.save_steps={N}", "trainer.lr_scheduler=linear",
-            "trainer.warmup_steps=0")
+SCHEDULE = (
+    f"trainer.max_steps={2 * N}",
+    f"trainer.save_steps={N}",
+    "trainer.lr_scheduler=linear",
+    "trainer.warmup_steps=0",
+)
 # logged values that measure the machine, not the training
 _TIMING = ("runtime", "per_second", "time", "flos")
 # (algo, grad_accum, extra overrides): GRPO both ways and with adaptive beta (its beta must survive the resume),
@@ -44,8 +48,9 @@ def _one_thread():
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize(("algo", "grad_accum", "extra"), CASES,
-                         ids=[f"{a}-ga{g}" + ("-adaptive-beta" if e else "") for a, g, e in CASES])
+@pytest.mark.parametrize(
+    ("algo", "grad_accum", "extra"), CASES, ids=[f"{a}-ga{g}" + ("-adaptive-beta" if e else "") for a, g, e in CASES]
+)
 def test_straight_equals_interrupted_plus_resume(algo, grad_accum, extra, tmp_path, capsys):
     over = (*SCHEDULE, f"trainer.grad_accum={grad_accum}", *extra)
     straight, resumed = tmp_path / "straight", tmp_path / "resumed"

@@ -52,11 +52,20 @@ def unsafe_loads(source: str, where: str = "<src>") -> list[str]:
         elif name in ("np.load", "numpy.load") and _kw(node, "allow_pickle") is True:
             found.append(line + "allow_pickle=True)")
         elif name in ("yaml.load", "yaml.load_all") and _dotted(_kw(node, "Loader") or ast.Name("")) not in (
-                "yaml.SafeLoader", "yaml.CSafeLoader", "SafeLoader", "CSafeLoader"):
+            "yaml.SafeLoader",
+            "yaml.CSafeLoader",
+            "SafeLoader",
+            "CSafeLoader",
+        ):
             found.append(line + ") without a safe Loader")
-        elif name in ("yaml.unsafe_load", "yaml.full_load", "yaml.full_load_all", "yaml.unsafe_load_all"):
-            found.append(line + ")")
-        elif name in ("eval", "exec"):
+        elif name in (
+            "yaml.unsafe_load",
+            "yaml.full_load",
+            "yaml.full_load_all",
+            "yaml.unsafe_load_all",
+            "eval",
+            "exec",
+        ):
             found.append(line + ")")
         elif name.endswith("save_pretrained") and _kw(node, "safe_serialization") is False:
             found.append(line + "safe_serialization=False)")
@@ -87,7 +96,8 @@ def test_src_never_unpickles_what_it_reads():
 def test_configs_are_yaml_or_json():
     files = [p for p in (ROOT / "conf").rglob("*") if p.is_file()]
     assert files and all(p.suffix in (".yaml", ".yml", ".json") for p in files), [
-        str(p) for p in files if p.suffix not in (".yaml", ".yml", ".json")]
+        str(p) for p in files if p.suffix not in (".yaml", ".yml", ".json")
+    ]
 
 
 def test_checkpoint_tensors_are_safetensors(tmp_path):

@@ -6,13 +6,13 @@ import pytest
 
 from posttrain.rewards import ifeval
 from posttrain.rewards.ifeval import (
-    fraction_followed,
     follows,
     follows_loose,
+    fraction_followed,
     ifeval_loose,
+    ifeval_metrics,
     ifeval_strict,
     verdicts,
-    ifeval_metrics,
     verdicts_by_instruction,
 )
 from posttrain.rewards.ifeval_checks import INSTRUCTIONS, compare
@@ -21,8 +21,13 @@ from posttrain.rewards.text import count_sentences, word_tokenize
 
 def test_registry_has_the_25_ifeval_ids():
     assert len(ifeval.INSTRUCTION_IDS) == 25
-    assert {"keywords:existence", "length_constraints:number_words", "detectable_format:json_format",
-            "change_case:capital_word_frequency", "startend:quotation"} <= set(ifeval.INSTRUCTION_IDS)
+    assert {
+        "keywords:existence",
+        "length_constraints:number_words",
+        "detectable_format:json_format",
+        "change_case:capital_word_frequency",
+        "startend:quotation",
+    } <= set(ifeval.INSTRUCTION_IDS)
     # kwargs names as in Google's registry
     assert INSTRUCTIONS["keywords:letter_frequency"][1] == ("letter", "let_frequency", "let_relation")
     assert INSTRUCTIONS["detectable_format:multiple_sections"][1] == ("section_spliter", "num_sections")
@@ -32,12 +37,24 @@ def test_completion_and_prompt_text():
     from posttrain.rewards.text import completion_text, prompt_text
 
     assert completion_text("plain") == "plain"
-    turns = [{"role": "assistant", "content": "call tool"}, {"role": "tool", "content": "42"},
-             {"role": "assistant", "content": "It is 42."}]
+    turns = [
+        {"role": "assistant", "content": "call tool"},
+        {"role": "tool", "content": "42"},
+        {"role": "assistant", "content": "It is 42."},
+    ]
     assert completion_text(turns) == "It is 42."
     assert completion_text([{"role": "assistant", "content": None}]) == ""
-    assert prompt_text([{"role": "system", "content": "s"}, {"role": "user", "content": "u1"},
-                        {"role": "assistant", "content": "a"}, {"role": "user", "content": "u2"}]) == "u2"
+    assert (
+        prompt_text(
+            [
+                {"role": "system", "content": "s"},
+                {"role": "user", "content": "u1"},
+                {"role": "assistant", "content": "a"},
+                {"role": "user", "content": "u2"},
+            ]
+        )
+        == "u2"
+    )
     assert prompt_text("p") == "p" and prompt_text(None) is None
 
 
@@ -52,8 +69,18 @@ def test_punkt_sentences_and_treebank_words_offline():
     [
         ("keywords:existence", {"keywords": ["park", "Water"]}, "The PARK has water.", True),
         ("keywords:existence", {"keywords": ["park", "lake"]}, "The park has water.", False),
-        ("keywords:frequency", {"keyword": "the", "frequency": 3, "relation": "at least"}, "the cat, the dog, then", True),
-        ("keywords:frequency", {"keyword": "the", "frequency": 3, "relation": "less than"}, "the cat, the dog, then", False),
+        (
+            "keywords:frequency",
+            {"keyword": "the", "frequency": 3, "relation": "at least"},
+            "the cat, the dog, then",
+            True,
+        ),
+        (
+            "keywords:frequency",
+            {"keyword": "the", "frequency": 3, "relation": "less than"},
+            "the cat, the dog, then",
+            False,
+        ),
         ("keywords:forbidden_words", {"forbidden_words": ["cat"]}, "concatenate", True),
         ("keywords:forbidden_words", {"forbidden_words": ["cat"]}, "a Cat sat", False),
         ("keywords:letter_frequency", {"letter": "A", "let_frequency": 3, "let_relation": "at least"}, "banana", True),
@@ -61,15 +88,23 @@ def test_punkt_sentences_and_treebank_words_offline():
         ("length_constraints:number_words", {"num_words": 4, "relation": "less than"}, "one two three four", False),
         ("length_constraints:number_paragraphs", {"num_paragraphs": 2}, "a\n***\nb", True),
         ("length_constraints:number_paragraphs", {"num_paragraphs": 2}, "a\n***\n\n***\nb", False),
-        ("length_constraints:nth_paragraph_first_word",
-         {"num_paragraphs": 2, "nth_paragraph": 2, "first_word": "second"}, "First.\n\n\"Second, para.", True),
+        (
+            "length_constraints:nth_paragraph_first_word",
+            {"num_paragraphs": 2, "nth_paragraph": 2, "first_word": "second"},
+            'First.\n\n"Second, para.',
+            True,
+        ),
         ("detectable_content:postscript", {"postscript_marker": "P.P.S"}, "hi\np. p. s later", True),
         ("detectable_content:postscript", {"postscript_marker": "P.S."}, "hi\nPS later", False),
         ("detectable_format:number_bullet_lists", {"num_bullets": 2}, "* a\n- b\n**c**", True),
         ("detectable_format:number_highlighted_sections", {"num_highlights": 2}, "*a* and **b**", True),
         ("detectable_format:number_highlighted_sections", {"num_highlights": 2}, "*a* and * *", False),
-        ("detectable_format:multiple_sections", {"section_spliter": "Section", "num_sections": 2},
-         "Section 1\nx\nSection 2\ny", True),
+        (
+            "detectable_format:multiple_sections",
+            {"section_spliter": "Section", "num_sections": 2},
+            "Section 1\nx\nSection 2\ny",
+            True,
+        ),
         ("detectable_format:json_format", None, '```json\n{"a": 1}\n```', True),
         ("detectable_format:json_format", None, "{'a': 1}", False),
         ("detectable_format:title", None, "<<Poem of joy>>\ntext", True),
@@ -80,8 +115,12 @@ def test_punkt_sentences_and_treebank_words_offline():
         ("startend:end_checker", {"end_phrase": "Any other questions?"}, 'Done. "any other questions?"', True),
         ("startend:quotation", None, '  "quoted"  ', True),
         ("punctuation:no_comma", None, "a, b", False),
-        ("change_case:capital_word_frequency", {"capital_frequency": 2, "capital_relation": "at least"},
-         "NASA and ESA flew.", True),
+        (
+            "change_case:capital_word_frequency",
+            {"capital_frequency": 2, "capital_relation": "at least"},
+            "NASA and ESA flew.",
+            True,
+        ),
         ("change_case:english_capital", None, "THIS IS ALL CAPITALS IN ENGLISH TEXT.", True),
         ("change_case:english_lowercase", None, "this has One capital letter in english.", False),
         ("language:response_language", {"language": "fr"}, "Bonjour, je m'appelle Pierre et j'habite à Paris.", True),
@@ -114,7 +153,7 @@ def test_repeat_prompt_falls_back_to_prompt():
 
 
 def test_loose_strips_first_last_line_and_stars():
-    r = "Sure, here it is:\n\"All quoted\"\nHope this helps"
+    r = 'Sure, here it is:\n"All quoted"\nHope this helps'
     assert follows("startend:quotation", None, r) is False
     assert follows_loose("startend:quotation", None, r) is True
     r2 = "*my answer is yes*"
@@ -166,14 +205,23 @@ def test_rewards_are_pure_functions_of_the_text():
     from posttrain.data.rlvr import generate_ifeval
 
     ds = generate_ifeval(12, seed=4)
-    texts = ["<<Title>> hello there", "Bonjour, je m'appelle Pierre et j'habite à Paris.", "ALL CAPS HERE PLEASE",
-             'just a line', "a\n***\nb", '"quoted, text"'] * 2
+    texts = [
+        "<<Title>> hello there",
+        "Bonjour, je m'appelle Pierre et j'habite à Paris.",
+        "ALL CAPS HERE PLEASE",
+        "just a line",
+        "a\n***\nb",
+        '"quoted, text"',
+    ] * 2
     cols = {"instruction_id_list": ds["instruction_id_list"], "kwargs": ds["kwargs"]}
     snapshot = copy.deepcopy((texts, cols))
     first = ifeval_loose(ds["prompt"], texts, **cols)
     order = list(reversed(range(12)))
-    again = ifeval_loose([ds["prompt"][i] for i in order], [texts[i] for i in order],
-                         **{k: [v[i] for i in order] for k, v in cols.items()})
+    again = ifeval_loose(
+        [ds["prompt"][i] for i in order],
+        [texts[i] for i in order],
+        **{k: [v[i] for i in order] for k, v in cols.items()},
+    )
     assert again == [first[i] for i in order]
     assert ifeval_loose(ds["prompt"], texts, **cols) == first
     assert (texts, cols) == snapshot
@@ -183,5 +231,9 @@ def test_ifeval_metrics_numbers():
     ids = [["punctuation:no_comma", "detectable_format:title"], ["startend:quotation"]]
     kws = [[None, None], [None]]
     m = ifeval_metrics(ids, kws, ["<<T>> a, b", 'Sure:\n"x"'])
-    assert m == {"prompt_level_strict_acc": 0.0, "inst_level_strict_acc": pytest.approx(1 / 3),
-                 "prompt_level_loose_acc": 0.5, "inst_level_loose_acc": pytest.approx(2 / 3)}
+    assert m == {
+        "prompt_level_strict_acc": 0.0,
+        "inst_level_strict_acc": pytest.approx(1 / 3),
+        "prompt_level_loose_acc": 0.5,
+        "inst_level_loose_acc": pytest.approx(2 / 3),
+    }

@@ -106,9 +106,7 @@ def test_math_reward_scores_final_answer_only():
         is_correct("1", "")
 
 
-HARMONY_OK = (
-    "<|channel|>analysis<|message|>Think.<|end|><|start|>assistant<|channel|>final<|message|>Paris<|return|>"
-)
+HARMONY_OK = "<|channel|>analysis<|message|>Think.<|end|><|start|>assistant<|channel|>final<|message|>Paris<|return|>"
 
 
 @pytest.mark.parametrize(
@@ -185,8 +183,16 @@ def test_length_to_cap_tokens_and_chars():
 
 @pytest.mark.parametrize(
     "text, ok",
-    [("12", True), (" -3.5 ", True), ("\\boxed{7}", True), ("7 apples", False), ("x7", False), ("", False),
-     ("\\boxed{7", False), ("<think>sum</think>42", True)],
+    [
+        ("12", True),
+        (" -3.5 ", True),
+        ("\\boxed{7}", True),
+        ("7 apples", False),
+        ("x7", False),
+        ("", False),
+        ("\\boxed{7", False),
+        ("<think>sum</think>42", True),
+    ],
 )
 def test_numeric_answer_format(text, ok):
     from posttrain.rewards import get

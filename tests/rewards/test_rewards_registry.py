@@ -18,8 +18,15 @@ ROWS = {
 
 
 def test_registry_names():
-    assert set(REWARDS) == {"ifeval_strict", "ifeval_loose", "math", "harmony_format", "think_format", "length_to_cap",
-                            "numeric_answer"}
+    assert set(REWARDS) == {
+        "ifeval_strict",
+        "ifeval_loose",
+        "math",
+        "harmony_format",
+        "think_format",
+        "length_to_cap",
+        "numeric_answer",
+    }
 
 
 def test_build_weights_names_and_kwargs():
@@ -92,7 +99,9 @@ def test_rewards_through_trl_calculate_rewards():
     from transformers import TrainerState
     from trl import GRPOTrainer
 
-    funcs, weights = build([{"name": "math"}, {"name": "ifeval_strict"}, {"name": "length_to_cap", "kwargs": {"cap": 4}}])
+    funcs, weights = build(
+        [{"name": "math"}, {"name": "ifeval_strict"}, {"name": "length_to_cap", "kwargs": {"cap": 4}}]
+    )
     fake = types.SimpleNamespace(
         accelerator=Accelerator(cpu=True),
         reward_funcs=funcs,

@@ -24,9 +24,7 @@ from transformers import GenerationMixin, LogitsProcessor, LogitsProcessorList, 
 
 class RowSeededGumbel(LogitsProcessor):
     def __init__(self, call: int, offset: int, rows: int, seed: int = 1234):
-        self.generators = [
-            torch.Generator().manual_seed(seed + 1_000_003 * call + offset + r) for r in range(rows)
-        ]
+        self.generators = [torch.Generator().manual_seed(seed + 1_000_003 * call + offset + r) for r in range(rows)]
 
     def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
         out = torch.full_like(scores, float("-inf"))
@@ -59,8 +57,17 @@ def _train_and_report(self, *args, **kwargs):
     """Also print how the run was distributed (one JSON line per rank), for the test to assert on."""
     out = _train(self, *args, **kwargs)
     wrapped = self.model_wrapped
-    print(json.dumps({"rank": int(os.environ.get("RANK", "0")), "distributed_type": str(self.accelerator.distributed_type),
-                      "wrapped": type(wrapped).__name__, "num_processes": self.accelerator.num_processes}), flush=True)
+    print(
+        json.dumps(
+            {
+                "rank": int(os.environ.get("RANK", "0")),
+                "distributed_type": str(self.accelerator.distributed_type),
+                "wrapped": type(wrapped).__name__,
+                "num_processes": self.accelerator.num_processes,
+            }
+        ),
+        flush=True,
+    )
     return out
 
 

@@ -6,7 +6,6 @@ from __future__ import annotations
 import importlib.util
 import os
 import re
-from pathlib import Path
 
 import pytest
 import yaml
@@ -77,19 +76,37 @@ def test_hw_profiles_name_existing_accelerate_configs():
 def test_slurm_presets_write_the_sbatch_they_promise(tmp_path, hw, gpus):
     from submitit.slurm.slurm import _make_sbatch_string
 
-    cfg = _hydra_cfg(f"hydra/launcher=slurm_{hw}", f"hw={hw}", f"hw.num_devices={gpus}",
-                     "hydra.launcher.partition=gpuq", "hydra.launcher.account=proj1")
+    cfg = _hydra_cfg(
+        f"hydra/launcher=slurm_{hw}",
+        f"hw={hw}",
+        f"hw.num_devices={gpus}",
+        "hydra.launcher.partition=gpuq",
+        "hydra.launcher.account=proj1",
+    )
     launcher = cfg.hydra.launcher
     assert launcher._target_.endswith("SlurmLauncher")
     assert launcher.gpus_per_node == gpus and launcher.tasks_per_node == gpus
     text = _make_sbatch_string(
-        command="python -m submitit.core._submit", folder=tmp_path, job_name="train",
-        partition=launcher.partition, account=launcher.account, time=launcher.timeout_min, nodes=launcher.nodes,
-        ntasks_per_node=launcher.tasks_per_node, gpus_per_node=launcher.gpus_per_node,
-        cpus_per_task=launcher.cpus_per_task, mem=f"{launcher.mem_gb}GB", constraint=launcher.constraint,
+        command="python -m submitit.core._submit",
+        folder=tmp_path,
+        job_name="train",
+        partition=launcher.partition,
+        account=launcher.account,
+        time=launcher.timeout_min,
+        nodes=launcher.nodes,
+        ntasks_per_node=launcher.tasks_per_node,
+        gpus_per_node=launcher.gpus_per_node,
+        cpus_per_task=launcher.cpus_per_task,
+        mem=f"{launcher.mem_gb}GB",
+        constraint=launcher.constraint,
     )
-    for line in (f"#SBATCH --gpus-per-node={gpus}", f"#SBATCH --ntasks-per-node={gpus}", "#SBATCH --partition=gpuq",
-                 "#SBATCH --account=proj1", f"#SBATCH --time={launcher.timeout_min}"):
+    for line in (
+        f"#SBATCH --gpus-per-node={gpus}",
+        f"#SBATCH --ntasks-per-node={gpus}",
+        "#SBATCH --partition=gpuq",
+        "#SBATCH --account=proj1",
+        f"#SBATCH --time={launcher.timeout_min}",
+    ):
         assert line in text, line
 
 
@@ -149,15 +166,18 @@ def test_rank_overrides(monkeypatch):
         rank_overrides(["-m", "seed=1,2", "hydra.run.dir=x"])
     monkeypatch.setenv("RANK", "1")
     assert rank_overrides(["hydra.run.dir=x"]) == [
-        "hydra.output_subdir=null", "hydra/job_logging=none", "hydra/hydra_logging=none"]
+        "hydra.output_subdir=null",
+        "hydra/job_logging=none",
+        "hydra/hydra_logging=none",
+    ]
     assert os.environ[RUN_STAMP_ENV] == stamp
 
 
 def test_run_dir_stamp_names_one_directory_for_all_ranks(monkeypatch):
     """conf/config.yaml's hydra.run.dir (the one home of the layout) reads the launcher's stamp."""
-    from posttrain.dist import RUN_STAMP_ENV
-
     from hydra.core.hydra_config import HydraConfig
+
+    from posttrain.dist import RUN_STAMP_ENV
 
     monkeypatch.setenv(RUN_STAMP_ENV, "2020-01-02/03-04-05")
     cfg = _hydra_cfg("algo=grpo", "model=tiny_llama")

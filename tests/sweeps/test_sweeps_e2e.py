@@ -29,8 +29,16 @@ def _run_dirs(folder: Path) -> list[Path]:
 @needs_optuna
 def test_optuna_preset_completes_3_trials(tmp_path):
     sweep = tmp_path / "optuna"
-    proc = run_train("-m", "hparams_search=grpo", "hydra.sweeper.n_trials=3", "trainer.max_steps=2",
-                     "trainer.per_device_batch_size=2", *TINY, f"hydra.sweep.dir={sweep}", cwd=tmp_path)
+    proc = run_train(
+        "-m",
+        "hparams_search=grpo",
+        "hydra.sweeper.n_trials=3",
+        "trainer.max_steps=2",
+        "trainer.per_device_batch_size=2",
+        *TINY,
+        f"hydra.sweep.dir={sweep}",
+        cwd=tmp_path,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert len(_run_dirs(sweep)) == 3
     best = load_optuna(sweep)
@@ -47,13 +55,24 @@ def test_optuna_preset_completes_3_trials(tmp_path):
 def test_submitit_local_launcher_two_jobs_of_two_tasks(tmp_path):
     """hydra/launcher=local (submitit_local, the SLURM presets' shape): 2 jobs, each 2 tasks that become one DDP run."""
     sweep = tmp_path / "submitit"
-    proc = run_train("-m", "hydra/launcher=local", "hydra.launcher.tasks_per_node=2", "hw.num_devices=2", "seed=1,2",
-                     "trainer.max_steps=2", "trainer.per_device_batch_size=2", *TINY, f"hydra.sweep.dir={sweep}",
-                     cwd=tmp_path)
+    proc = run_train(
+        "-m",
+        "hydra/launcher=local",
+        "hydra.launcher.tasks_per_node=2",
+        "hw.num_devices=2",
+        "seed=1,2",
+        "trainer.max_steps=2",
+        "trainer.per_device_batch_size=2",
+        *TINY,
+        f"hydra.sweep.dir={sweep}",
+        cwd=tmp_path,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     runs = _run_dirs(sweep)
     assert len(runs) == 2  # one run dir per job, not per task
-    assert sorted(p.name for p in sweep.iterdir() if p.is_dir() and not p.name.startswith(".")) == [p.name for p in runs]
+    assert sorted(p.name for p in sweep.iterdir() if p.is_dir() and not p.name.startswith(".")) == [
+        p.name for p in runs
+    ]
     s = load_summaries(sweep)
     assert sorted(s["seed"]) == [1, 2] and (s["world_size"] == 2).all()
     df = load_runs(sweep)
@@ -69,9 +88,20 @@ def _seeded(*overrides: str, nproc: int, cwd: Path) -> subprocess.CompletedProce
         with socket.socket() as sock:  # a free rendezvous port: 29500 may be taken by another run on the machine
             sock.bind(("127.0.0.1", 0))
             port = sock.getsockname()[1]
-        cmd = [sys.executable, "-m", "accelerate.commands.launch", "--config_file",
-               str(ROOT / "conf" / "accelerate" / "ddp.yaml"), "--num_processes", str(nproc),
-               "--main_process_port", str(port), "--num_cpu_threads_per_process", "1", script]
+        cmd = [
+            sys.executable,
+            "-m",
+            "accelerate.commands.launch",
+            "--config_file",
+            str(ROOT / "conf" / "accelerate" / "ddp.yaml"),
+            "--num_processes",
+            str(nproc),
+            "--main_process_port",
+            str(port),
+            "--num_cpu_threads_per_process",
+            "1",
+            script,
+        ]
     env = {**os.environ, "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": "1"}
     return subprocess.run(cmd + list(overrides), cwd=cwd, capture_output=True, text=True, timeout=900, env=env)
 

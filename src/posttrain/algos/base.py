@@ -16,16 +16,18 @@ composing a config imports it. The heavy parts (trainer, model, evaluation) are 
 
 A `conf/algo/<name>.yaml` is optional: without one, `algo=<name>` composes the schema's defaults (the registry
 stores it in Hydra's ConfigStore); with one, it holds no values (the schema's defaults are the defaults), only
-its defaults list (e.g. the data set the algorithm uses when the command line names none). A plugin outside this repository ships `posttrain/algos/<name>/` in a path
-entry of its own (`posttrain` and `posttrain.algos` are namespace packages) and needs no file here.
+its defaults list (e.g. the data set the algorithm uses when the command line names none). A plugin outside this
+repository ships `posttrain/algos/<name>/` in a path entry of its own (`posttrain` and `posttrain.algos` are
+namespace packages) and needs no file here.
 """
 
 from __future__ import annotations
 
 import abc
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar, Mapping
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from omegaconf import DictConfig
 

@@ -30,8 +30,10 @@ def _discover(path: tuple[str, ...]) -> dict[str, Algorithm]:
         module = importlib.import_module(f"{package.__name__}.{info.name}")  # errors propagate: loud, not skipped
         algorithm = getattr(module, "ALGORITHM", None)
         if not isinstance(algorithm, Algorithm):
-            raise TypeError(f"{module.__name__} is a package in posttrain.algos without an ALGORITHM "
-                            "(an instance of posttrain.algos.base.Algorithm)")
+            raise TypeError(
+                f"{module.__name__} is a package in posttrain.algos without an ALGORITHM "
+                "(an instance of posttrain.algos.base.Algorithm)"
+            )
         if algorithm.name != info.name:
             raise TypeError(f"{module.__name__}.ALGORITHM.name is {algorithm.name!r}; it must be {info.name!r}")
         found[info.name] = algorithm

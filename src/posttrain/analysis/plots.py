@@ -1,22 +1,21 @@
 """Plotting helpers over `load_runs` / `load_summaries` frames (matplotlib; without a display it draws with Agg).
 
-    fig = plot_curves(df, ["reward", "kl"])          # one panel per metric, one line per sweep member
-    fig = plot_objective(load_summaries(path), "algo.beta", hue="seed")
-    save_figure(fig, "figures/reward_kl.png")
-    write_run_plots(run_dir, {"reward.png": ("reward", "kl")})   # what a training run leaves in <run>/plots/
+fig = plot_curves(df, ["reward", "kl"])          # one panel per metric, one line per sweep member
+fig = plot_objective(load_summaries(path), "algo.beta", hue="seed")
+save_figure(fig, "figures/reward_kl.png")
+write_run_plots(run_dir, {"reward.png": ("reward", "kl")})   # what a training run leaves in <run>/plots/
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Iterable, Mapping, Sequence
 
 import matplotlib.pyplot as plt
 import pandas as pd
 from matplotlib.ticker import MaxNLocator
 
 from posttrain.analysis.runs import label, load_runs
-
 
 _STYLES = ("-", "--", "-.", ":")
 
@@ -59,22 +58,24 @@ def plot_curves(
         ax.grid(alpha=0.3)
         if drawn and legend:
             ax.legend(fontsize=7)
-    for ax in list(axes.flat)[len(names):]:
+    for ax in list(axes.flat)[len(names) :]:
         ax.set_visible(False)
     fig.tight_layout()
     return fig
 
 
-def plot_objective(
-    summaries: pd.DataFrame, x: str, y: str = "objective", hue: str | None = None
-) -> plt.Figure:
+def plot_objective(summaries: pd.DataFrame, x: str, y: str = "objective", hue: str | None = None) -> plt.Figure:
     """`y` (default the sweep objective) against one swept value, one line per `hue` value."""
     fig, ax = plt.subplots(figsize=(5.5, 3.6))
     groups = summaries.groupby(hue, sort=True) if hue else [(None, summaries)]
     for key, part in groups:
         part = part.sort_values(x)
-        ax.plot(part[x].astype(str) if part[x].dtype == object else part[x], part[y], marker="o",
-                label=f"{hue}={key}" if hue else None)
+        ax.plot(
+            part[x].astype(str) if part[x].dtype == object else part[x],
+            part[y],
+            marker="o",
+            label=f"{hue}={key}" if hue else None,
+        )
     ax.set_xlabel(x)
     ax.set_ylabel(y)
     ax.grid(alpha=0.3)

@@ -12,8 +12,9 @@ columns, typed as YAML reads them (`algo.beta=0.04` -> float 0.04, `seed=1` -> i
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
 
 import pandas as pd
 import yaml
@@ -115,15 +116,11 @@ def _run_name(run_dir: Path, root: Path) -> str:
 
 def _mark_swept(df: pd.DataFrame, override_cols: list[str], per_run: pd.DataFrame) -> pd.DataFrame:
     df.attrs["overrides"] = override_cols
-    df.attrs["swept"] = [
-        c for c in override_cols if c in per_run and per_run[c].astype(str).nunique(dropna=False) > 1
-    ]
+    df.attrs["swept"] = [c for c in override_cols if c in per_run and per_run[c].astype(str).nunique(dropna=False) > 1]
     return df
 
 
-def load_runs(
-    path: str | Path, metrics: Iterable[str] | None = None, config: Iterable[str] = ()
-) -> pd.DataFrame:
+def load_runs(path: str | Path, metrics: Iterable[str] | None = None, config: Iterable[str] = ()) -> pd.DataFrame:
     """One row per (run, logged step): `run`, `run_dir`, `job`, one column per override, `step`, the metrics.
 
     `path` is a run directory, a multirun directory, or a folder of either. `metrics` keeps only those metric
@@ -163,8 +160,9 @@ def load_summaries(path: str | Path, config: Iterable[str] = ()) -> pd.DataFrame
         overrides = {**run_overrides(run_dir), **config_values(run_dir, config)}
         override_cols += [k for k in overrides if k not in override_cols]
         summary = {k: v for k, v in read_summary(run_dir).items() if not isinstance(v, (dict, list))}
-        rows.append({"run": _run_name(run_dir, root), "run_dir": str(run_dir), "job": _job_num(run_dir),
-                     **overrides, **summary})
+        rows.append(
+            {"run": _run_name(run_dir, root), "run_dir": str(run_dir), "job": _job_num(run_dir), **overrides, **summary}
+        )
     df = pd.DataFrame(rows)
     return _mark_swept(df, override_cols, df)
 

@@ -11,8 +11,10 @@ from . import BENCHES
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if not argv or argv[0] not in BENCHES:
-        print(f"usage: python -m posttrain.bench {{{'|'.join(BENCHES)}}} [options]  (--help per benchmark)",
-              file=sys.stderr)
+        print(
+            f"usage: python -m posttrain.bench {{{'|'.join(BENCHES)}}} [options]  (--help per benchmark)",
+            file=sys.stderr,
+        )
         return 2
     return importlib.import_module(f"posttrain.bench.{argv[0]}").main(argv[1:])
 

@@ -28,7 +28,6 @@ import threading
 import time
 
 
-
 def _rss_kib(field: str = "VmRSS") -> int:
     with open("/proc/self/status") as f:
         for line in f:
@@ -75,7 +74,7 @@ def _inputs(N, H, V, dtype, seq_len, seed=0):
     hidden = (torch.randn(B, T, H, generator=g) * 0.5).to(dtype).requires_grad_()
     weight = torch.empty(V, H, dtype=dtype)
     for v0 in range(0, V, 16384):  # fill in slices: no [V, H] fp32 temporary for bf16
-        weight[v0:v0 + 16384] = torch.randn(min(16384, V - v0), H, generator=g) * (H ** -0.5)
+        weight[v0 : v0 + 16384] = torch.randn(min(16384, V - v0), H, generator=g) * (H**-0.5)
     ids = torch.randint(0, V, (B, T), generator=g)
     mask = torch.ones(B, T, dtype=torch.long)
     adv = torch.randn(B, generator=g)
@@ -111,8 +110,16 @@ def worker(args) -> dict:
     inputs = _inputs(N, H, V, dtype, args.seq_len)
     hidden, weight, ids, mask, adv, old, ref = inputs
     t = min(16, ids.shape[1])
-    _step(args.backend, hidden[:1, :t].detach().clone().requires_grad_(), weight, ids[:1, :t], mask[:1, :t],
-          adv[:1], old[:1, :t], ref[:1, :t])  # warm-up: imports, first-call paths
+    _step(
+        args.backend,
+        hidden[:1, :t].detach().clone().requires_grad_(),
+        weight,
+        ids[:1, :t],
+        mask[:1, :t],
+        adv[:1],
+        old[:1, :t],
+        ref[:1, :t],
+    )  # warm-up: imports, first-call paths
     import gc
 
     gc.collect()
@@ -126,9 +133,22 @@ def worker(args) -> dict:
 
 
 def _run_worker(backend: str, args) -> dict:
-    cmd = [sys.executable, "-m", "posttrain.bench.grpo_loss", "--worker", "--backend", backend,
-           "--shape", ",".join(map(str, args.shape)), "--dtype", args.dtype, "--seq-len", str(args.seq_len),
-           "--threads", str(args.threads)]
+    cmd = [
+        sys.executable,
+        "-m",
+        "posttrain.bench.grpo_loss",
+        "--worker",
+        "--backend",
+        backend,
+        "--shape",
+        ",".join(map(str, args.shape)),
+        "--dtype",
+        args.dtype,
+        "--seq-len",
+        str(args.seq_len),
+        "--threads",
+        str(args.threads),
+    ]
     proc = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, "PYTHONUNBUFFERED": "1"})
     lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("{")]
     if proc.returncode != 0 or not lines:
@@ -137,10 +157,17 @@ def _run_worker(backend: str, args) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m posttrain.bench grpo_loss", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--shape", required=True, type=lambda s: tuple(int(x) for x in s.split(",")),
-                   help="N,H,V: tokens, hidden size, vocabulary size")
+    p = argparse.ArgumentParser(
+        prog="python -m posttrain.bench grpo_loss",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument(
+        "--shape",
+        required=True,
+        type=lambda s: tuple(int(x) for x in s.split(",")),
+        help="N,H,V: tokens, hidden size, vocabulary size",
+    )
     p.add_argument("--backends", default=None, help="comma list (default: every backend native to this device)")
     p.add_argument("--dtype", default="fp32", choices=("fp32", "bf16"))
     p.add_argument("--rounds", type=int, default=2)
@@ -168,20 +195,32 @@ def main(argv: list[str] | None = None) -> int:
     best = {}
     for b in names:
         ok = [r for r in runs[b] if "error" not in r]
-        best[b] = None if not ok else {"seconds": min(r["seconds"] for r in ok),
-                                       "times": [round(r["seconds"], 3) for r in ok],
-                                       "peak_mib": max(r["peak_mib"] for r in ok)}
+        best[b] = (
+            None
+            if not ok
+            else {
+                "seconds": min(r["seconds"] for r in ok),
+                "times": [round(r["seconds"], 3) for r in ok],
+                "peak_mib": max(r["peak_mib"] for r in ok),
+            }
+        )
     anchor, eager = best.get("two_gemm"), best.get("eager")
     failed = False
     for b in names:
-        rec = {"bench": "grpo_loss", "backend": b, "shape": list(args.shape), "dtype": args.dtype,
-               "threads": args.threads or None}
+        rec = {
+            "bench": "grpo_loss",
+            "backend": b,
+            "shape": list(args.shape),
+            "dtype": args.dtype,
+            "threads": args.threads or None,
+        }
         if best[b] is None:
             failed = True
             rec["error"] = runs[b][-1].get("error")
         else:
-            rec.update(seconds=round(best[b]["seconds"], 3), times=best[b]["times"],
-                       peak_mib=round(best[b]["peak_mib"], 1))
+            rec.update(
+                seconds=round(best[b]["seconds"], 3), times=best[b]["times"], peak_mib=round(best[b]["peak_mib"], 1)
+            )
             if eager:
                 rec["ratio_vs_eager"] = round(best[b]["seconds"] / eager["seconds"], 3)
                 rec["mem_ratio_vs_eager"] = round(best[b]["peak_mib"] / max(eager["peak_mib"], 1e-9), 4)

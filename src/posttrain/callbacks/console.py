@@ -22,9 +22,10 @@ import math
 import numbers
 import sys
 import time
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 from transformers import PrinterCallback, ProgressCallback, TrainerCallback
 
@@ -172,8 +173,11 @@ def _first_last(values: Sequence[float], n: int = 5) -> tuple[float, float]:
     return sum(values[:n]) / len(values[:n]), sum(values[-n:]) / len(values[-n:])
 
 
-def summary_table(summary: Mapping[str, Any], metrics: Sequence[Mapping[str, Any]],
-                  spec: ConsoleSpec | Mapping[str, Any] | None = None) -> str:
+def summary_table(
+    summary: Mapping[str, Any],
+    metrics: Sequence[Mapping[str, Any]],
+    spec: ConsoleSpec | Mapping[str, Any] | None = None,
+) -> str:
     """The end-of-run table: first-5/last-5 means of the spec's `trend` metrics (over logged steps), every
     `<name>_before`/`<name>_after` pair of summary.json (e.g. heldout_acc), and the runtime."""
     spec = ConsoleSpec.of(spec)
@@ -207,8 +211,9 @@ def summary_table(summary: Mapping[str, Any], metrics: Sequence[Mapping[str, Any
     return "\n".join([title, *body])
 
 
-def finish_run(run_dir: str | Path, summary: Mapping[str, Any],
-               spec: ConsoleSpec | Mapping[str, Any] | None = None) -> list[Path]:
+def finish_run(
+    run_dir: str | Path, summary: Mapping[str, Any], spec: ConsoleSpec | Mapping[str, Any] | None = None
+) -> list[Path]:
     """Print the summary table and write the spec's plots into `<run_dir>/plots/` (rank 0 only); the plot paths."""
     from posttrain.callbacks.metrics import read_metrics
     from posttrain.dist import is_main_process

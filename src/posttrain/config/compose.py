@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 from hydra import compose, initialize_config_dir
 from hydra.errors import HydraException

@@ -10,7 +10,7 @@ ConfigStore under `schema/algo/<name>` and pulled in by the group file's default
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Optional
+from typing import Any
 
 from omegaconf import MISSING
 
@@ -24,9 +24,7 @@ class LoraConfig:
     # Attention projections by default; GPT-OSS experts (batched nn.Parameters) through PEFT target_parameters.
     target_modules: list[str] = field(default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj"])
     experts: bool = False
-    expert_parameters: list[str] = field(
-        default_factory=lambda: ["mlp.experts.gate_up_proj", "mlp.experts.down_proj"]
-    )
+    expert_parameters: list[str] = field(default_factory=lambda: ["mlp.experts.gate_up_proj", "mlp.experts.down_proj"])
 
 
 @dataclass
@@ -43,23 +41,23 @@ class ModelConfig:
     name: str = MISSING
     family: str = MISSING  # llama | gpt_oss
     # Hub id for real models; null for the tiny offline ones built from `arch`.
-    hub_id: Optional[str] = None
+    hub_id: str | None = None
     tiny: bool = False
     # Local checkpoints (before `fetch` and `hub_id`): an HF model directory, and/or a GGUF file (inside `path`, or
     # a path of its own) that is converted once to safetensors in POSTTRAIN_CACHE.
-    path: Optional[str] = None
-    gguf_file: Optional[str] = None
-    fetch: Optional[FetchConfig] = None
+    path: str | None = None
+    gguf_file: str | None = None
+    fetch: FetchConfig | None = None
     # Architecture numbers (transformers config kwargs) so composing and planning never need the hub.
     arch: dict[str, Any] = field(default_factory=dict)
     dtype: str = "auto"  # auto (from hw.precision) | float32 | bfloat16
-    attn_implementation: Optional[str] = None  # null: chosen per family (eager for gpt_oss, sdpa otherwise)
-    quantization: Optional[str] = None  # mxfp4 (dequantized to bf16 for training) | bnb4 | null
+    attn_implementation: str | None = None  # null: chosen per family (eager for gpt_oss, sdpa otherwise)
+    quantization: str | None = None  # mxfp4 (dequantized to bf16 for training) | bnb4 | null
     chat_template: str = MISSING  # file name in chat_templates/
     gradient_checkpointing: bool = False
     # Tiny models only: initial probability of EOS at every position (null: plain random init). The length
     # probe needs a fresh model that stops early, so completions have room to grow.
-    init_eos_prob: Optional[float] = None
+    init_eos_prob: float | None = None
     lora: LoraConfig = field(default_factory=LoraConfig)
 
 
@@ -74,16 +72,16 @@ class HwConfig:
     precision: str = MISSING  # fp32 | bf16 | fp16
     tf32: bool = MISSING
     gradient_checkpointing: bool = MISSING
-    alloc_conf: Optional[str] = MISSING  # PYTORCH_CUDA_ALLOC_CONF
+    alloc_conf: str | None = MISSING  # PYTORCH_CUDA_ALLOC_CONF
     optimizer: str = MISSING
-    optimizer_fallback: Optional[str] = MISSING  # used when `optimizer` needs bitsandbytes and it is not installed
+    optimizer_fallback: str | None = MISSING  # used when `optimizer` needs bitsandbytes and it is not installed
     # Attention implementation per model family when model.attn_implementation is null (posttrain.hardware).
     attn_implementation: dict[str, str] = MISSING
-    per_device_batch_size: Optional[int] = MISSING  # null: keep trainer.per_device_batch_size
-    vllm_mode: Optional[str] = MISSING  # null | colocate | server
+    per_device_batch_size: int | None = MISSING  # null: keep trainer.per_device_batch_size
+    vllm_mode: str | None = MISSING  # null | colocate | server
     vllm_gpu_memory_utilization: float = MISSING  # share of device memory a colocated vLLM reserves
-    kernels: Optional[str] = MISSING  # kernel backend this device prefers over the default `trl` (tpu: pallas)
-    accelerate_config: Optional[str] = MISSING  # conf/accelerate/<name>.yaml when num_devices > 1
+    kernels: str | None = MISSING  # kernel backend this device prefers over the default `trl` (tpu: pallas)
+    accelerate_config: str | None = MISSING  # conf/accelerate/<name>.yaml when num_devices > 1
     overhead_gib: float = MISSING  # framework overhead per device in the memory plan (CUDA context, allocator, libs)
     force: bool = False  # train even when the memory plan says it does not fit
 
@@ -99,7 +97,7 @@ class TrainerConfig:
     lr_scheduler: str = "constant"
     max_grad_norm: float = 1.0
     save_steps: int = 0  # 0: only at the end
-    save_total_limit: Optional[int] = 2
+    save_total_limit: int | None = 2
     logging_steps: int = 1
     progress_bar: bool = True
     dataloader_num_workers: int = 0
@@ -109,7 +107,7 @@ class TrainerConfig:
 class LoggerConfig:
     name: str = MISSING  # jsonl | wandb (metrics.jsonl is written either way)
     project: str = "posttrain"
-    entity: Optional[str] = None
+    entity: str | None = None
     wandb_mode: str = "auto"  # auto (offline without an API key) | online | offline | disabled
 
 
@@ -125,7 +123,7 @@ class DataConfig:
     name: str = MISSING
     # generator: built offline by the repo; hub: datasets.load_dataset(path); jsonl: a local file.
     source: str = "generator"
-    path: Optional[str] = None
+    path: str | None = None
     split: str = "train"
     num_train: int = 256
     num_eval: int = 32
@@ -143,7 +141,7 @@ class DataConfig:
 class EvalConfig:
     # mode=eval scores this: null: the newest complete checkpoint of the run dir; "init": the starting weights
     # (no training); or a checkpoint directory. Every algorithm reads it (posttrain.checkpoints.eval_checkpoint).
-    checkpoint: Optional[str] = None
+    checkpoint: str | None = None
 
 
 @dataclass
@@ -158,7 +156,7 @@ class Config:
     eval: EvalConfig = field(default_factory=EvalConfig)
     seed: int = 0
     mode: str = "train"  # train | plan | eval
-    resume: Optional[str] = None  # null | auto | <checkpoint path>
-    run_dir: Optional[str] = None  # filled at run time from hydra's output dir
+    resume: str | None = None  # null | auto | <checkpoint path>
+    run_dir: str | None = None  # filled at run time from hydra's output dir
     # summary.json key returned to Hydra sweepers (Optuna); null -> "objective"
-    optimized_metric: Optional[str] = None
+    optimized_metric: str | None = None

@@ -3,18 +3,23 @@
 from __future__ import annotations
 
 import inspect
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from datasets import Dataset
 from omegaconf import DictConfig
 
 from posttrain.data.jsonl import read_jsonl
 from posttrain.data.rlvr import (
-    generate_addition, generate_arithmetic, generate_ifeval, load_gsm8k, load_ifeval, load_rlvr_ifeval,
+    generate_addition,
+    generate_arithmetic,
+    generate_ifeval,
+    load_gsm8k,
+    load_ifeval,
+    load_rlvr_ifeval,
 )
 from posttrain.data.toy import length_prompts
 from posttrain.errors import DataError
-
 
 GENERATORS: dict[str, Callable[..., Dataset]] = {
     "length": length_prompts,

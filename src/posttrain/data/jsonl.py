@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 from posttrain.errors import DataError
 
@@ -90,8 +91,10 @@ def read_jsonl(path: str | Path, required: Sequence[str] = ()) -> list[dict[str,
             prompt_kind = prompt_kind or (lineno, kind)
             if kind is not prompt_kind[1]:
                 names = {str: "a string", list: "chat messages"}
-                raise DataError(f"{path}:{lineno}: prompt is {names[kind]} but line {prompt_kind[0]}'s is "
-                                f"{names[prompt_kind[1]]} (use one kind for the whole file)")
+                raise DataError(
+                    f"{path}:{lineno}: prompt is {names[kind]} but line {prompt_kind[0]}'s is "
+                    f"{names[prompt_kind[1]]} (use one kind for the whole file)"
+                )
         rows.append(row)
     if not rows:
         raise DataError(f"dataset file is empty: {path}")

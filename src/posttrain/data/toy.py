@@ -14,7 +14,6 @@ def length_prompts(n: int, seed: int = 0) -> Dataset:
     """`n` conversational prompts; the reward (completion length up to a cap) needs no answer column."""
     rng = random.Random(seed)
     rows = [
-        {"prompt": [{"role": "user", "content": rng.choice(_ASKS).format(t=rng.choice(_TOPICS))}]}
-        for _ in range(n)
+        {"prompt": [{"role": "user", "content": rng.choice(_ASKS).format(t=rng.choice(_TOPICS))}]} for _ in range(n)
     ]
     return Dataset.from_list(rows)

@@ -8,7 +8,8 @@ peak = persistent + max(train phase, generation phase, optimizer-step phase), wh
   input plus one recomputed layer), the loss's logits (TRL's chunked log-prob tiles for kernels=trl|chunked;
   a materialized `[tokens, V]` fp32 for eager and HF-forward losses; one sequence for liger; none for fused|pallas),
   and the gradients that exist while activations are alive;
-- generation phase (algorithms that sample with HF generate): KV cache of a whole rollout (sliding layers keep the window) and
+- generation phase (algorithms that sample with HF generate): KV cache of a whole rollout (sliding layers keep the
+  window) and
   the prefill's transient;
 - step phase: all gradients + the optimizer's temporaries (foreach: one state-sized copy; fused/8-bit: none).
 
@@ -68,9 +69,15 @@ def _arch(cfg: DictConfig) -> dict[str, Any]:
     head_dim = getattr(c, "head_dim", None) or c.hidden_size // heads
     experts = getattr(c, "num_local_experts", None) or 0
     return {
-        "h": c.hidden_size, "I": c.intermediate_size, "L": c.num_hidden_layers, "V": c.vocab_size,
-        "heads": heads, "hq": heads * head_dim, "kv": c.num_key_value_heads * head_dim,
-        "experts": experts, "k": getattr(c, "num_experts_per_tok", 1) or 1,
+        "h": c.hidden_size,
+        "I": c.intermediate_size,
+        "L": c.num_hidden_layers,
+        "V": c.vocab_size,
+        "heads": heads,
+        "hq": heads * head_dim,
+        "kv": c.num_key_value_heads * head_dim,
+        "experts": experts,
+        "k": getattr(c, "num_experts_per_tok", 1) or 1,
         "window": getattr(c, "sliding_window", None),
         "layer_types": list(getattr(c, "layer_types", None) or ["full_attention"] * c.num_hidden_layers),
     }
@@ -103,8 +110,9 @@ def activation_bytes(a: dict[str, Any], act: int, attn: str, seqs: int, seq_len:
 TRL_TOKEN_CHUNK, TRL_VOCAB_CHUNK = 4096, 32768  # trl.kernels.chunked_logprob tile
 
 
-def logits_bytes(backend: str, a: dict[str, Any], act: int, seqs: int, logit_tokens: int, seq_len: int,
-                 device: str) -> tuple[float, str]:
+def logits_bytes(
+    backend: str, a: dict[str, Any], act: int, seqs: int, logit_tokens: int, seq_len: int, device: str
+) -> tuple[float, str]:
     """Bytes the loss's LM-head projection holds at its peak (forward and backward)."""
     vocab = a["V"]
     if logit_tokens == 0:
@@ -116,7 +124,9 @@ def logits_bytes(backend: str, a: dict[str, Any], act: int, seqs: int, logit_tok
         n = seqs * (seq_len - 1) if backend == "trl" and device != "cuda" else seqs * logit_tokens
         tile = min(n, TRL_TOKEN_CHUNK) * min(vocab, TRL_VOCAB_CHUNK) * max(act, 4 if device != "cuda" else act)
         k = 2 if device == "cuda" else 7
-        return k * tile + n * a["h"] * 4, f"{n} tokens in [{min(n, TRL_TOKEN_CHUNK)}, {min(vocab, TRL_VOCAB_CHUNK)}] tiles ({backend})"
+        return k * tile + n * a[
+            "h"
+        ] * 4, f"{n} tokens in [{min(n, TRL_TOKEN_CHUNK)}, {min(vocab, TRL_VOCAB_CHUNK)}] tiles ({backend})"
     n = seqs * logit_tokens
     if backend == "eager":  # fp32 [N, V] logits, log-softmax, gradient
         return n * vocab * (12 + (act if act < 4 else 0)), f"[{n} tokens, {vocab}] materialized in fp32 (eager)"
@@ -189,13 +199,20 @@ def plan(cfg: DictConfig) -> Plan:
     items.append(Item("optimizer states", states / shard_opt, "persistent", f"{hw.optimizer}: {onote}"))
     if work.vllm_colocated:
         share = float(hw.vllm_gpu_memory_utilization)
-        items.append(Item("vLLM (colocated)", share * hw.device_gib * GIB, "persistent",
-                          f"gpu_memory_utilization={share}"))
+        items.append(
+            Item("vLLM (colocated)", share * hw.device_gib * GIB, "persistent", f"gpu_memory_utilization={share}")
+        )
     items.append(Item("framework overhead", hw.overhead_gib * GIB, "persistent", f"hw.overhead_gib on {hw.device}"))
 
     acts = activation_bytes(a, act, attn, work.seqs, work.seq_len, gc)
-    items.append(Item("activations", acts, "train",
-                      f"{work.seqs} x {work.seq_len} tokens, {attn}, checkpointing {'on' if gc else 'off'}"))
+    items.append(
+        Item(
+            "activations",
+            acts,
+            "train",
+            f"{work.seqs} x {work.seq_len} tokens, {attn}, checkpointing {'on' if gc else 'off'}",
+        )
+    )
     if work.encoder_seqs:
         enc = work.encoder_seqs * work.encoder_len * a["h"] * act * (a["L"] + 1)
         items.append(Item("encoder hidden states", enc, "train", f"{work.encoder_seqs} x {work.encoder_len} tokens"))
@@ -204,8 +221,14 @@ def plan(cfg: DictConfig) -> Plan:
     items.append(Item("logits", lbytes, "train", lnote))
     head = (counts.lm_head or counts.embedding) * counts.dtype_bytes
     live_grads = tbytes if mode != "full" else min(tbytes, head)
-    items.append(Item("gradients (in backward)", live_grads / shard_grad, "train",
-                      "LM head first" if mode == "full" else "adapters"))
+    items.append(
+        Item(
+            "gradients (in backward)",
+            live_grads / shard_grad,
+            "train",
+            "LM head first" if mode == "full" else "adapters",
+        )
+    )
 
     if work.gen_seqs:
         kv = kv_cache_bytes(a, act, work.gen_seqs, work.gen_len)

@@ -14,8 +14,10 @@ from posttrain.errors import UserError
 from posttrain.hardware.memory import GIB
 from posttrain.launch import launch_hint
 
-TORCH_XLA_HINT = ("hw=tpu needs torch_xla (PJRT): pip install 'torch_xla[tpu]' "
-                  "-f https://storage.googleapis.com/libtpu-releases/index.html (or pip install -e '.[tpu]')")
+TORCH_XLA_HINT = (
+    "hw=tpu needs torch_xla (PJRT): pip install 'torch_xla[tpu]' "
+    "-f https://storage.googleapis.com/libtpu-releases/index.html (or pip install -e '.[tpu]')"
+)
 
 
 def check_device(cfg: DictConfig) -> None:
@@ -26,8 +28,10 @@ def check_device(cfg: DictConfig) -> None:
         import torch
 
         if not torch.cuda.is_available():
-            raise UserError(f"hw={hw.name} needs a CUDA device but torch.cuda.is_available() is False "
-                            "(hw=cpu to run here; mode=plan works anywhere)")
+            raise UserError(
+                f"hw={hw.name} needs a CUDA device but torch.cuda.is_available() is False "
+                "(hw=cpu to run here; mode=plan works anywhere)"
+            )
     launch = launch_hint(cfg)
     if launch and world_size() <= 1:
         raise UserError(f"hw.num_devices={hw.num_devices}: start one process per device: {launch}")

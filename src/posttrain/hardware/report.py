@@ -18,13 +18,20 @@ def plan_summary(cfg: DictConfig) -> tuple[Plan, dict[str, Any]]:
     result = plan(cfg)
     c = result.counts
     summary = {
-        "model": cfg.model.name, "algo": cfg.algo.name, "hw": cfg.hw.name, "kernels": cfg.kernels.backend,
-        "params_total": c.total, "params_active": c.active,
+        "model": cfg.model.name,
+        "algo": cfg.algo.name,
+        "hw": cfg.hw.name,
+        "kernels": cfg.kernels.backend,
+        "params_total": c.total,
+        "params_active": c.active,
         "params_trainable": c.trainable + result.work.extra_trainable,
         "train_mode": result.extra["train_mode"],
-        "peak_gib": round(result.peak_bytes / GIB, 3), "peak_phase": result.peak_phase,
-        "device_gib": float(cfg.hw.device_gib), "num_devices": int(cfg.hw.num_devices),
-        "fits": result.fits, "suggestion": suggest(cfg, result),
+        "peak_gib": round(result.peak_bytes / GIB, 3),
+        "peak_phase": result.peak_phase,
+        "device_gib": float(cfg.hw.device_gib),
+        "num_devices": int(cfg.hw.num_devices),
+        "fits": result.fits,
+        "suggestion": suggest(cfg, result),
         "components_gib": {i.name: round(i.bytes / GIB, 4) for i in result.items},
     }
     return result, summary
@@ -43,8 +50,10 @@ def format_table(cfg: DictConfig, result: Plan, summary: dict[str, Any]) -> str:
     for item in result.items:
         lines.append(f"  {item.name:<28}{item.bytes / GIB:>10.3f}  {PHASES[item.phase]:<17}{item.note}")
     verdict = "fits" if result.fits else "DOES NOT FIT"
-    lines.append(f"  {'peak (' + PHASES[result.peak_phase] + ')':<28}{result.peak_bytes / GIB:>10.3f}  "
-                 f"of {hw.device_gib:g} GiB: {verdict}")
+    lines.append(
+        f"  {'peak (' + PHASES[result.peak_phase] + ')':<28}{result.peak_bytes / GIB:>10.3f}  "
+        f"of {hw.device_gib:g} GiB: {verdict}"
+    )
     if summary["suggestion"]:
         lines.append(f"  suggestion: {summary['suggestion']}")
     return "\n".join(lines)

@@ -9,10 +9,9 @@ need are dropped again. When no change on this hardware fits, the profiles that 
 from __future__ import annotations
 
 import copy
-from typing import Callable, Iterator
+from collections.abc import Callable, Iterator
 
 import yaml
-
 from omegaconf import DictConfig, OmegaConf, open_dict
 
 from posttrain.hardware.memory import GIB, Plan, plan
@@ -45,8 +44,10 @@ def _candidates(cfg: DictConfig, current: Plan) -> Iterator[Change]:
         accum *= 2
         # same global batch in smaller micro-batches, still a multiple of the algorithm's batch unit
         if (batch * accum * hw.num_devices) % work.batch_multiple == 0:
-            yield (f"trainer.per_device_batch_size={batch} trainer.grad_accum={accum}",
-                   _both(_set("trainer.per_device_batch_size", batch), _set("trainer.grad_accum", accum)))
+            yield (
+                f"trainer.per_device_batch_size={batch} trainer.grad_accum={accum}",
+                _both(_set("trainer.per_device_batch_size", batch), _set("trainer.grad_accum", accum)),
+            )
     if hw.device == "cuda" and "8bit" not in hw.optimizer and has_bitsandbytes():
         yield "hw.optimizer=paged_adamw_8bit", _set("hw.optimizer", "paged_adamw_8bit")
     if not model.lora.enabled and work.train_mode != "frozen":
@@ -55,8 +56,10 @@ def _candidates(cfg: DictConfig, current: Plan) -> Iterator[Change]:
         key, _, value = option.partition("=")
         yield option, _set(key, yaml.safe_load(value))
     if hw.device == "cuda" and model.family != "gpt_oss" and model.quantization is None:
-        yield "model.quantization=bnb4 model.lora.enabled=true", _both(
-            _set("model.quantization", "bnb4"), _set("model.lora.enabled", True))
+        yield (
+            "model.quantization=bnb4 model.lora.enabled=true",
+            _both(_set("model.quantization", "bnb4"), _set("model.lora.enabled", True)),
+        )
 
 
 def _both(*fns: Callable[[DictConfig], None]) -> Callable[[DictConfig], None]:

@@ -36,8 +36,15 @@ from typing import Any
 
 from posttrain.kernels.registry import BACKENDS, CHOICES, IS_LEVELS, KL_ESTIMATORS, LOSS_TYPES, available
 
-_LOSS = ("KL_BIAS_CORRECTION", "completion_logps", "grpo_loss", "kl_per_token", "lm_head_gathered", "per_token_kl",
-         "policy_loss_from_logps")
+_LOSS = (
+    "KL_BIAS_CORRECTION",
+    "completion_logps",
+    "grpo_loss",
+    "kl_per_token",
+    "lm_head_gathered",
+    "per_token_kl",
+    "policy_loss_from_logps",
+)
 __all__ = ["BACKENDS", "CHOICES", "IS_LEVELS", "KL_ESTIMATORS", "LOSS_TYPES", "available", *_LOSS]
 
 

@@ -13,8 +13,9 @@ import torch
 _DEFAULT_VOCAB_CHUNK = 32768
 
 
-def chunked_logps(hidden: torch.Tensor, weight: torch.Tensor, targets: torch.Tensor,
-                  temperature: float = 1.0) -> torch.Tensor:
+def chunked_logps(
+    hidden: torch.Tensor, weight: torch.Tensor, targets: torch.Tensor, temperature: float = 1.0
+) -> torch.Tensor:
     """Per-token log-probs [N] through TRL's ChunkedLogProbFunction."""
     from trl.kernels import ChunkedLogProbFunction
 
@@ -22,6 +23,7 @@ def chunked_logps(hidden: torch.Tensor, weight: torch.Tensor, targets: torch.Ten
         from trl.trainer.utils import _CHUNKED_LOGPROB_CHUNK_SIZE as chunk
     except ImportError:  # pragma: no cover - other TRL versions
         chunk = _DEFAULT_VOCAB_CHUNK
-    logps, *_ = ChunkedLogProbFunction.apply(hidden, weight, None, targets, float(temperature), chunk,
-                                             None, 1.0, ("log_probs",))
+    logps, *_ = ChunkedLogProbFunction.apply(
+        hidden, weight, None, targets, float(temperature), chunk, None, 1.0, ("log_probs",)
+    )
     return logps

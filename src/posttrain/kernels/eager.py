@@ -9,8 +9,9 @@ from __future__ import annotations
 import torch
 
 
-def eager_logps(hidden: torch.Tensor, weight: torch.Tensor, targets: torch.Tensor,
-                temperature: float = 1.0) -> torch.Tensor:
+def eager_logps(
+    hidden: torch.Tensor, weight: torch.Tensor, targets: torch.Tensor, temperature: float = 1.0
+) -> torch.Tensor:
     """log_softmax(hidden @ weight.T / temperature)[targets]; hidden [N, H], weight [V, H] -> [N]."""
     dtype = torch.promote_types(hidden.dtype, torch.float32)
     logits = hidden.to(dtype) @ weight.to(dtype).t()

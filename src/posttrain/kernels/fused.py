@@ -21,7 +21,7 @@ fp32 has range 2^127 this keeps every kept term finite and the dominant ones nor
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 import torch
 
@@ -32,8 +32,9 @@ VOCAB_BLOCK = 2048
 _OVERFLOW = 2.0**100
 
 
-def _fold_tile(Z: torch.Tensor, m: torch.Tensor, s: torch.Tensor, acc: torch.Tensor, w_blk: torch.Tensor,
-               exact: bool) -> bool:
+def _fold_tile(
+    Z: torch.Tensor, m: torch.Tensor, s: torch.Tensor, acc: torch.Tensor, w_blk: torch.Tensor, exact: bool
+) -> bool:
     """Fold logits tile Z [n, v] (overwritten) into the running reference max m, sum s [n] and acc [n, H].
 
     With `exact=False` the tile is exponentiated against the current reference; if a row sum leaves
@@ -58,8 +59,16 @@ class FusedLinearLogProb(torch.autograd.Function):
     """logp [N] = log_softmax(hidden @ weight.T / T)[targets], never holding more than one tile of logits."""
 
     @staticmethod
-    def forward(ctx, hidden: torch.Tensor, weight: torch.Tensor, targets: torch.Tensor, temperature: float,
-                token_block: int, vocab_block: int, fold: Callable | None = None):
+    def forward(
+        ctx,
+        hidden: torch.Tensor,
+        weight: torch.Tensor,
+        targets: torch.Tensor,
+        temperature: float,
+        token_block: int,
+        vocab_block: int,
+        fold: Callable | None = None,
+    ):
         N, H = hidden.shape
         V = weight.shape[0]
         acc_dtype = torch.promote_types(hidden.dtype, torch.float32)
@@ -67,7 +76,7 @@ class FusedLinearLogProb(torch.autograd.Function):
         hs = hidden.to(acc_dtype)
         if temperature != 1.0:
             hs = hs * (1.0 / temperature)
-        e = torch.zeros(N, H, dtype=acc_dtype, device=dev)       # becomes sum_j p_j W_j, then d hidden
+        e = torch.zeros(N, H, dtype=acc_dtype, device=dev)  # becomes sum_j p_j W_j, then d hidden
         m = torch.full((N,), float("-inf"), dtype=acc_dtype, device=dev)
         s = torch.zeros(N, dtype=acc_dtype, device=dev)
         tgt = torch.zeros(N, dtype=acc_dtype, device=dev)
@@ -104,8 +113,10 @@ class FusedLinearLogProb(torch.autograd.Function):
     def backward(ctx, grad_logp: torch.Tensor):
         hs, weight, targets, lse, e = ctx.saved_tensors
         if ctx.consumed:
-            raise RuntimeError("FusedLinearLogProb.backward: the forward's buffer was already turned into the "
-                               "gradient; backward through it twice is not supported")
+            raise RuntimeError(
+                "FusedLinearLogProb.backward: the forward's buffer was already turned into the "
+                "gradient; backward through it twice is not supported"
+            )
         ctx.consumed = True
         inv_t = 1.0 / ctx.temperature
         g = grad_logp.to(e.dtype)
@@ -148,11 +159,18 @@ def _weight_grad(hs, weight, targets, lse, g, token_block, vocab_block):
     return grad_w.to(weight.dtype)
 
 
-def fused_logps(hidden: torch.Tensor, weight: torch.Tensor, targets: torch.Tensor, temperature: float = 1.0,
-                token_block: int | None = None, vocab_block: int | None = None) -> torch.Tensor:
+def fused_logps(
+    hidden: torch.Tensor,
+    weight: torch.Tensor,
+    targets: torch.Tensor,
+    temperature: float = 1.0,
+    token_block: int | None = None,
+    vocab_block: int | None = None,
+) -> torch.Tensor:
     """Per-token log-probs [N] (fp32; fp64 for fp64 inputs) through `FusedLinearLogProb`.
 
     Tile sizes default to the module's TOKEN_BLOCK x VOCAB_BLOCK (read at call time).
     """
-    return FusedLinearLogProb.apply(hidden, weight, targets, float(temperature), int(token_block or TOKEN_BLOCK),
-                                    int(vocab_block or VOCAB_BLOCK))
+    return FusedLinearLogProb.apply(
+        hidden, weight, targets, float(temperature), int(token_block or TOKEN_BLOCK), int(vocab_block or VOCAB_BLOCK)
+    )

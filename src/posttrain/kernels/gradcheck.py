@@ -40,10 +40,30 @@ import torch
 
 from posttrain.kernels.registry import IS_LEVELS, KL_BIAS_CORRECTION, LOSS_TYPES, available
 
-DEFAULTS = dict(kernels="fused", loss_type="grpo", beta=0.04, kl_estimator="k3", importance_sampling_level="token",
-                kl_bias_correction=KL_BIAS_CORRECTION, vllm_is_ratio=False, epsilon_low=0.2, epsilon_high=0.2,
-                temperature=1.0, on_policy=False, weight_grad=False, dtype="fp32",
-                B=4, T=6, H=16, V=300, logit_std=4.0, empty_rows="1", seed=0, token_block=8, vocab_block=64)
+DEFAULTS = dict(
+    kernels="fused",
+    loss_type="grpo",
+    beta=0.04,
+    kl_estimator="k3",
+    importance_sampling_level="token",
+    kl_bias_correction=KL_BIAS_CORRECTION,
+    vllm_is_ratio=False,
+    epsilon_low=0.2,
+    epsilon_high=0.2,
+    temperature=1.0,
+    on_policy=False,
+    weight_grad=False,
+    dtype="fp32",
+    B=4,
+    T=6,
+    H=16,
+    V=300,
+    logit_std=4.0,
+    empty_rows="1",
+    seed=0,
+    token_block=8,
+    vocab_block=64,
+)
 TOL = {"fp64": (1e-10, 1e-9), "fp32": (2e-5, 1e-4), "bf16": (1e-4, 1e-2)}  # (loss, grad)
 DTYPES = {"fp64": torch.float64, "fp32": torch.float32, "bf16": torch.bfloat16}
 
@@ -86,8 +106,16 @@ def make_inputs(cfg: dict) -> dict:
     old = cur + 0.4 * torch.randn(B, T, generator=g, dtype=torch.float64)
     ref = cur + 0.5 * torch.randn(B, T, generator=g, dtype=torch.float64)
     is_ratio = torch.exp(0.3 * torch.randn(B, T, generator=g, dtype=torch.float64)) if cfg["vllm_is_ratio"] else None
-    return dict(hidden=hidden, weight=weight, ids=ids, mask=mask, adv=adv, old=None if cfg["on_policy"] else old,
-                ref=ref, is_ratio=is_ratio)
+    return dict(
+        hidden=hidden,
+        weight=weight,
+        ids=ids,
+        mask=mask,
+        adv=adv,
+        old=None if cfg["on_policy"] else old,
+        ref=ref,
+        is_ratio=is_ratio,
+    )
 
 
 def _set_blocks(cfg: dict) -> None:
@@ -102,13 +130,26 @@ def _loss_and_grads(inputs: dict, cfg: dict, backend: str, dtype: torch.dtype):
 
     h = inputs["hidden"].to(dtype).requires_grad_()
     w = inputs["weight"].to(dtype).requires_grad_(cfg["weight_grad"])
-    cast = (lambda x: None if x is None else x.to(torch.float64 if dtype == torch.float64 else torch.float32))
-    loss, stats = grpo_loss(h, w, inputs["ids"], inputs["mask"], cast(inputs["adv"]), cast(inputs["old"]),
-                            cast(inputs["ref"]), backend=backend, beta=cfg["beta"], epsilon_low=cfg["epsilon_low"],
-                            epsilon_high=cfg["epsilon_high"], loss_type=cfg["loss_type"],
-                            kl_estimator=cfg["kl_estimator"], importance_sampling_level=cfg["importance_sampling_level"],
-                            temperature=cfg["temperature"], kl_bias_correction=cfg["kl_bias_correction"],
-                            vllm_is_ratio=cast(inputs["is_ratio"]))
+    cast = lambda x: None if x is None else x.to(torch.float64 if dtype == torch.float64 else torch.float32)
+    loss, stats = grpo_loss(
+        h,
+        w,
+        inputs["ids"],
+        inputs["mask"],
+        cast(inputs["adv"]),
+        cast(inputs["old"]),
+        cast(inputs["ref"]),
+        backend=backend,
+        beta=cfg["beta"],
+        epsilon_low=cfg["epsilon_low"],
+        epsilon_high=cfg["epsilon_high"],
+        loss_type=cfg["loss_type"],
+        kl_estimator=cfg["kl_estimator"],
+        importance_sampling_level=cfg["importance_sampling_level"],
+        temperature=cfg["temperature"],
+        kl_bias_correction=cfg["kl_bias_correction"],
+        vllm_is_ratio=cast(inputs["is_ratio"]),
+    )
     targets = [h, w] if cfg["weight_grad"] else [h]
     grads = torch.autograd.grad(loss, targets)
     return loss.detach().double(), [g.double() for g in grads], stats
@@ -130,8 +171,12 @@ def run(cfg: dict) -> tuple[int, dict]:
     except NotImplementedError as e:
         return 2, {"kernels": backend, "unsupported": str(e)}
     tol, grad_tol = TOL[cfg["dtype"]]
-    out = {"kernels": backend, "loss_ref": loss_ref.item(), "loss_kernel": loss.item(),
-           "abs_diff_loss": (loss - loss_ref).abs().item()}
+    out = {
+        "kernels": backend,
+        "loss_ref": loss_ref.item(),
+        "loss_kernel": loss.item(),
+        "abs_diff_loss": (loss - loss_ref).abs().item(),
+    }
     names = ["dhidden", "dweight"][: len(grads)]
     for name, g, gr in zip(names, grads, grads_ref):
         diff = (g - gr).abs().max().item()
@@ -152,11 +197,21 @@ def run(cfg: dict) -> tuple[int, dict]:
     return (1 if failures else 0), out
 
 
-MATRIX = [dict(loss_type=lt, importance_sampling_level=lvl, beta=beta, kl_estimator=k, kl_bias_correction=bc,
-               vllm_is_ratio=isr)
-          for lt in LOSS_TYPES for lvl in IS_LEVELS
-          for beta, k, bc, isr in ((0.0, "k3", True, False), (0.04, "k1", True, False), (0.04, "k2", True, False),
-                                   (0.04, "k3", True, False), (0.04, "k3", False, False), (0.04, "k3", True, True))]
+MATRIX = [
+    dict(
+        loss_type=lt, importance_sampling_level=lvl, beta=beta, kl_estimator=k, kl_bias_correction=bc, vllm_is_ratio=isr
+    )
+    for lt in LOSS_TYPES
+    for lvl in IS_LEVELS
+    for beta, k, bc, isr in (
+        (0.0, "k3", True, False),
+        (0.04, "k1", True, False),
+        (0.04, "k2", True, False),
+        (0.04, "k3", True, False),
+        (0.04, "k3", False, False),
+        (0.04, "k3", True, True),
+    )
+]
 
 
 def run_matrix(cfg: dict) -> int:
@@ -187,12 +242,23 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {e}", file=sys.stderr)
         return 4
     code, out = run(cfg)
-    for key in ("loss_ref", "loss_kernel", "abs_diff_loss", "max_abs_diff_dhidden", "max_rel_diff_dhidden",
-                "max_abs_diff_dweight", "max_rel_diff_dweight"):
+    for key in (
+        "loss_ref",
+        "loss_kernel",
+        "abs_diff_loss",
+        "max_abs_diff_dhidden",
+        "max_rel_diff_dhidden",
+        "max_abs_diff_dweight",
+        "max_rel_diff_dweight",
+    ):
         if key in out:
             print(f"{key}: {out[key]:.6e}")
-    verdict = {0: "PASS", 1: "FAIL: " + "; ".join(out.get("failures", [])),
-               2: f"UNSUPPORTED: {out.get('unsupported')}", 3: f"UNAVAILABLE: {out.get('unavailable')}"}[code]
+    verdict = {
+        0: "PASS",
+        1: "FAIL: " + "; ".join(out.get("failures", [])),
+        2: f"UNSUPPORTED: {out.get('unsupported')}",
+        3: f"UNAVAILABLE: {out.get('unavailable')}",
+    }[code]
     print(verdict)
     print(json.dumps({"config": cfg, **out, "exit": code}))
     return code

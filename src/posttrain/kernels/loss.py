@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import math
 import sys
+from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
-from typing import Callable
 
 import torch
 
@@ -47,8 +47,9 @@ def per_token_kl(logps: torch.Tensor, ref_logps: torch.Tensor, estimator: str) -
     raise ValueError(f"kl_estimator must be one of {KL_ESTIMATORS}, got {estimator!r}")
 
 
-def importance_weights(logps: torch.Tensor, old_logps: torch.Tensor, mask: torch.Tensor,
-                       importance_sampling_level: str) -> torch.Tensor:
+def importance_weights(
+    logps: torch.Tensor, old_logps: torch.Tensor, mask: torch.Tensor, importance_sampling_level: str
+) -> torch.Tensor:
     """TRL's `coef_1`: exp(logp - old) per token [B, T], or exp of its masked sequence mean [B, 1] (GSPO)."""
     log_ratio = logps - old_logps
     if importance_sampling_level == "token":
@@ -77,8 +78,14 @@ def kl_per_token(
     return kl
 
 
-def _check_options(loss_type: str, kl_estimator: str, importance_sampling_level: str, beta: float,
-                   ref_logps: torch.Tensor | None, temperature: float) -> None:
+def _check_options(
+    loss_type: str,
+    kl_estimator: str,
+    importance_sampling_level: str,
+    beta: float,
+    ref_logps: torch.Tensor | None,
+    temperature: float,
+) -> None:
     if loss_type not in LOSS_TYPES:
         raise ValueError(f"loss_type must be one of {LOSS_TYPES}, got {loss_type!r}")
     if kl_estimator not in KL_ESTIMATORS:
@@ -173,8 +180,16 @@ def _stats(loss, kl, coef_1, advantages, mask, epsilon_low, epsilon_high) -> dic
         kl_p95 = torch.quantile(kl_tokens.float(), 0.95).to(mask.dtype) if kl_tokens.numel() else nan
     else:
         kl_mean = kl_p95 = nan
-    vals = torch.stack([loss.detach(), kl_mean, kl_p95, _global_masked_mean(region, mask),
-                        _global_masked_mean(low, mask), _global_masked_mean(high, mask)]).tolist()
+    vals = torch.stack(
+        [
+            loss.detach(),
+            kl_mean,
+            kl_p95,
+            _global_masked_mean(region, mask),
+            _global_masked_mean(low, mask),
+            _global_masked_mean(high, mask),
+        ]
+    ).tolist()
     keys = ("policy_loss", "kl_mean", "kl_p95", "clip_ratio", "clip_ratio/low_mean", "clip_ratio/high_mean")
     return dict(zip(keys, vals))
 
@@ -187,9 +202,15 @@ def _backend_fn(backend: str, kind: str) -> Callable:
     return entry.load()
 
 
-def completion_logps(hidden: torch.Tensor, lm_head_weight: torch.Tensor, completion_ids: torch.Tensor,
-                     completion_mask: torch.Tensor, *, backend: str = "fused",
-                     temperature: float = 1.0) -> torch.Tensor:
+def completion_logps(
+    hidden: torch.Tensor,
+    lm_head_weight: torch.Tensor,
+    completion_ids: torch.Tensor,
+    completion_mask: torch.Tensor,
+    *,
+    backend: str = "fused",
+    temperature: float = 1.0,
+) -> torch.Tensor:
     """Per-token log-probs [B, T] (fp32, fp64 for fp64 inputs) of `completion_ids`; 0 where the mask is 0.
 
     Only the unmasked positions are projected (padding costs nothing); like TRL, masked positions are 0.
@@ -243,27 +264,49 @@ def grpo_loss(
     """
     _check_options(loss_type, kl_estimator, importance_sampling_level, beta, ref_logps, temperature)
     if hidden.dim() != 3 or lm_head_weight.dim() != 2 or hidden.shape[-1] != lm_head_weight.shape[-1]:
-        raise ValueError(f"shapes: hidden {tuple(hidden.shape)} must be [B, T, H] and lm_head_weight "
-                         f"{tuple(lm_head_weight.shape)} [V, H]")
+        raise ValueError(
+            f"shapes: hidden {tuple(hidden.shape)} must be [B, T, H] and lm_head_weight "
+            f"{tuple(lm_head_weight.shape)} [V, H]"
+        )
     if completion_ids.shape != hidden.shape[:2] or completion_mask.shape != hidden.shape[:2]:
-        raise ValueError(f"completion_ids {tuple(completion_ids.shape)} and completion_mask "
-                         f"{tuple(completion_mask.shape)} must be {tuple(hidden.shape[:2])}")
-    kwargs = dict(beta=beta, epsilon_low=epsilon_low, epsilon_high=epsilon_high, loss_type=loss_type,
-                  kl_estimator=kl_estimator, importance_sampling_level=importance_sampling_level,
-                  max_completion_length=max_completion_length, kl_bias_correction=kl_bias_correction,
-                  vllm_is_ratio=vllm_is_ratio)
+        raise ValueError(
+            f"completion_ids {tuple(completion_ids.shape)} and completion_mask "
+            f"{tuple(completion_mask.shape)} must be {tuple(hidden.shape[:2])}"
+        )
+    kwargs = dict(
+        beta=beta,
+        epsilon_low=epsilon_low,
+        epsilon_high=epsilon_high,
+        loss_type=loss_type,
+        kl_estimator=kl_estimator,
+        importance_sampling_level=importance_sampling_level,
+        max_completion_length=max_completion_length,
+        kl_bias_correction=kl_bias_correction,
+        vllm_is_ratio=vllm_is_ratio,
+    )
     if backend not in BACKENDS:
         raise ValueError(f"backend must be one of {tuple(BACKENDS)}, got {backend!r}")
     if BACKENDS[backend].kind == "loss":  # the backend computes the whole loss (liger)
-        loss, stats = BACKENDS[backend].load()(hidden, lm_head_weight, completion_ids, completion_mask, advantages,
-                                               old_logps, ref_logps, temperature=temperature, **kwargs)
+        loss, stats = BACKENDS[backend].load()(
+            hidden,
+            lm_head_weight,
+            completion_ids,
+            completion_mask,
+            advantages,
+            old_logps,
+            ref_logps,
+            temperature=temperature,
+            **kwargs,
+        )
         if not return_logps:
             return loss, stats
         with torch.no_grad():
-            logps = completion_logps(hidden, lm_head_weight, completion_ids, completion_mask, backend="fused",
-                                     temperature=temperature)
+            logps = completion_logps(
+                hidden, lm_head_weight, completion_ids, completion_mask, backend="fused", temperature=temperature
+            )
         return loss, stats, logps
-    logps = completion_logps(hidden, lm_head_weight, completion_ids, completion_mask,
-                             backend=backend, temperature=temperature)
+    logps = completion_logps(
+        hidden, lm_head_weight, completion_ids, completion_mask, backend=backend, temperature=temperature
+    )
     loss, stats = policy_loss_from_logps(logps, completion_mask, advantages, old_logps, ref_logps, **kwargs)
     return (loss, stats, logps.detach()) if return_logps else (loss, stats)

@@ -31,7 +31,7 @@ def _interpret() -> bool:
     return jax.default_backend() != "tpu"
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _build():
     import jax
     import jax.numpy as jnp
@@ -48,8 +48,9 @@ def _build():
             t_ref[...] = jnp.zeros_like(t_ref)
 
         w = w_ref[...].astype(jnp.float32)
-        z = jax.lax.dot_general(h_ref[...].astype(jnp.float32), w, (((1,), (1,)), ((), ())),
-                                preferred_element_type=jnp.float32)                       # [bt, bv]
+        z = jax.lax.dot_general(
+            h_ref[...].astype(jnp.float32), w, (((1,), (1,)), ((), ())), preferred_element_type=jnp.float32
+        )  # [bt, bv]
         cols = j * bv + jax.lax.broadcasted_iota(jnp.int32, z.shape, 1)
         z = jnp.where(cols < vocab, z, -jnp.inf)
         t_ref[...] += jnp.sum(jnp.where(cols == y_ref[...], z, 0.0), axis=1, keepdims=True)
@@ -73,11 +74,12 @@ def _build():
 
         h = h_ref[...].astype(jnp.float32)
         j = pl.program_id(0)
-        z = jax.lax.dot_general(h, w_ref[...].astype(jnp.float32), (((1,), (1,)), ((), ())),
-                                preferred_element_type=jnp.float32)                       # [bt, bv]
+        z = jax.lax.dot_general(
+            h, w_ref[...].astype(jnp.float32), (((1,), (1,)), ((), ())), preferred_element_type=jnp.float32
+        )  # [bt, bv]
         cols = j * bv + jax.lax.broadcasted_iota(jnp.int32, z.shape, 1)
         p = jnp.where(cols < vocab, jnp.exp(z - lse_ref[...]), 0.0)
-        G = g_ref[...] * (jnp.where(cols == y_ref[...], 1.0, 0.0) - p)                  # [bt, bv]
+        G = g_ref[...] * (jnp.where(cols == y_ref[...], 1.0, 0.0) - p)  # [bt, bv]
         o_ref[...] += jax.lax.dot_general(G, h, (((0,), (0,)), ((), ())), preferred_element_type=jnp.float32)
 
     def _pad(x, n, axis=0):
@@ -99,8 +101,11 @@ def _build():
         e, m, s, t = pl.pallas_call(
             functools.partial(fwd_kernel, vocab=V, bv=bv),
             grid=(Np // bt, Vp // bv),
-            in_specs=[pl.BlockSpec((bt, H), lambda i, j: (i, 0)), pl.BlockSpec((bv, H), lambda i, j: (j, 0)),
-                      pl.BlockSpec((bt, 1), lambda i, j: (i, 0))],
+            in_specs=[
+                pl.BlockSpec((bt, H), lambda i, j: (i, 0)),
+                pl.BlockSpec((bv, H), lambda i, j: (j, 0)),
+                pl.BlockSpec((bt, 1), lambda i, j: (i, 0)),
+            ],
             out_specs=[pl.BlockSpec((bt, H), lambda i, j: (i, 0))] + [pl.BlockSpec((bt, 1), lambda i, j: (i, 0))] * 3,
             out_shape=[jax.ShapeDtypeStruct((Np, H), jnp.float32), vec, vec, vec],
             interpret=_interpret(),
@@ -114,10 +119,12 @@ def _build():
         wy = _pad(jnp.take(w, y, axis=0), bt)
         coef = _pad((g / temperature).astype(jnp.float32).reshape(-1, 1), bt)
         out = pl.pallas_call(
-            dh_kernel, grid=(wy.shape[0] // bt,),
+            dh_kernel,
+            grid=(wy.shape[0] // bt,),
             in_specs=[pl.BlockSpec((bt, H), lambda i: (i, 0))] * 2 + [pl.BlockSpec((bt, 1), lambda i: (i, 0))],
             out_specs=pl.BlockSpec((bt, H), lambda i: (i, 0)),
-            out_shape=jax.ShapeDtypeStruct(wy.shape, jnp.float32), interpret=_interpret(),
+            out_shape=jax.ShapeDtypeStruct(wy.shape, jnp.float32),
+            interpret=_interpret(),
         )(wy, _pad(e, bt), coef)
         return out[:N]
 
@@ -125,7 +132,7 @@ def _build():
         V, H = w.shape
         hs = _pad(h.astype(jnp.float32) / temperature, bt)
         wp = _pad(w, bv)
-        col = lambda x: _pad(x.reshape(-1, 1), bt)  # noqa: E731
+        col = lambda x: _pad(x.reshape(-1, 1), bt)
         Np, Vp = hs.shape[0], wp.shape[0]
         out = pl.pallas_call(
             functools.partial(dw_kernel, vocab=V, bv=bv),
@@ -133,7 +140,8 @@ def _build():
             in_specs=[pl.BlockSpec((bt, H), lambda j, i: (i, 0)), pl.BlockSpec((bv, H), lambda j, i: (j, 0))]
             + [pl.BlockSpec((bt, 1), lambda j, i: (i, 0))] * 3,
             out_specs=pl.BlockSpec((bv, H), lambda j, i: (j, 0)),
-            out_shape=jax.ShapeDtypeStruct((Vp, H), jnp.float32), interpret=_interpret(),
+            out_shape=jax.ShapeDtypeStruct((Vp, H), jnp.float32),
+            interpret=_interpret(),
         )(hs, wp, col(y.astype(jnp.int32)), col(lse), col(g.astype(jnp.float32)))
         return out[:V]
 
@@ -160,11 +168,19 @@ def _build():
     return logps
 
 
-def logps_jax(h, w, y, temperature: float = 1.0, need_dw: bool = True, token_block: int | None = None,
-              vocab_block: int | None = None):
+def logps_jax(
+    h,
+    w,
+    y,
+    temperature: float = 1.0,
+    need_dw: bool = True,
+    token_block: int | None = None,
+    vocab_block: int | None = None,
+):
     """JAX entry point: per-token log-probs [N] (fp32) of y under softmax(h @ w.T / temperature)."""
-    return _build()(h, w, y, float(temperature), bool(need_dw), int(token_block or TOKEN_BLOCK),
-                    int(vocab_block or VOCAB_BLOCK))
+    return _build()(
+        h, w, y, float(temperature), bool(need_dw), int(token_block or TOKEN_BLOCK), int(vocab_block or VOCAB_BLOCK)
+    )
 
 
 def _to_jax(t: torch.Tensor):
@@ -190,15 +206,17 @@ class _PallasLogProb(torch.autograd.Function):
         import jax.numpy as jnp
 
         dh, dw = ctx.vjp(jnp.asarray(g.detach().cpu().float().numpy()))
-        to_t = lambda x, dt: torch.from_numpy(np.asarray(x).copy()).to(g.device, dt)  # noqa: E731
+        to_t = lambda x, dt: torch.from_numpy(np.asarray(x).copy()).to(g.device, dt)
         grad_w = to_t(dw, ctx.dtypes[1]) if ctx.needs_input_grad[1] else None
         return to_t(dh, ctx.dtypes[0]), grad_w, None, None, None, None, None
 
 
-def pallas_logps(hidden: torch.Tensor, weight: torch.Tensor, targets: torch.Tensor,
-                 temperature: float = 1.0) -> torch.Tensor:
+def pallas_logps(
+    hidden: torch.Tensor, weight: torch.Tensor, targets: torch.Tensor, temperature: float = 1.0
+) -> torch.Tensor:
     """Per-token log-probs [N] (fp32) from torch tensors through the Pallas kernels (test/CPU bridge)."""
     if hidden.dtype == torch.float64:
         raise NotImplementedError("backend='pallas' computes in fp32; fp64 inputs are not supported")
-    return _PallasLogProb.apply(hidden, weight, targets, float(temperature), bool(weight.requires_grad),
-                                TOKEN_BLOCK, VOCAB_BLOCK)
+    return _PallasLogProb.apply(
+        hidden, weight, targets, float(temperature), bool(weight.requires_grad), TOKEN_BLOCK, VOCAB_BLOCK
+    )

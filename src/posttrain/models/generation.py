@@ -4,12 +4,14 @@
 
 Prompts are conversations (rendered with the tokenizer's chat template and its generation prompt) or plain
 strings (used as they are). Greedy unless `do_sample=True` is passed; `num_return_sequences` completions per
-prompt come back grouped by prompt. Completion ids end with the first EOS (kept, as in TRL's completion ids); texts skip special tokens.
+prompt come back grouped by prompt. Completion ids end with the first EOS (kept, as in TRL's completion ids);
+texts skip special tokens.
 """
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import torch
 
@@ -31,9 +33,16 @@ def _trim(ids: list[int], eos: set[int], pad: int | None) -> list[int]:
 
 
 @torch.no_grad()
-def generate(model: Any, tokenizer: Any, prompts: Sequence[str | Sequence[dict]], *, max_new_tokens: int,
-             batch_size: int = 16, num_return_sequences: int = 1,
-             **gen_kwargs: Any) -> tuple[list[str], list[list[int]]]:
+def generate(
+    model: Any,
+    tokenizer: Any,
+    prompts: Sequence[str | Sequence[dict]],
+    *,
+    max_new_tokens: int,
+    batch_size: int = 16,
+    num_return_sequences: int = 1,
+    **gen_kwargs: Any,
+) -> tuple[list[str], list[list[int]]]:
     """(texts, completion ids), `len(prompts) * num_return_sequences` of each, grouped by prompt."""
     was_training = model.training
     model.eval()
@@ -48,8 +57,15 @@ def generate(model: Any, tokenizer: Any, prompts: Sequence[str | Sequence[dict]]
         for start in range(0, len(prompts), batch_size):
             chunk = [render(tokenizer, p) for p in prompts[start : start + batch_size]]
             enc = tokenizer(chunk, return_tensors="pt", padding=True, add_special_tokens=False).to(device)
-            out = model.generate(**enc, max_new_tokens=max_new_tokens, num_return_sequences=num_return_sequences,
-                                 pad_token_id=tokenizer.pad_token_id, eos_token_id=eos, use_cache=True, **gen_kwargs)
+            out = model.generate(
+                **enc,
+                max_new_tokens=max_new_tokens,
+                num_return_sequences=num_return_sequences,
+                pad_token_id=tokenizer.pad_token_id,
+                eos_token_id=eos,
+                use_cache=True,
+                **gen_kwargs,
+            )
             new = [_trim(row.tolist(), eos_ids, tokenizer.pad_token_id) for row in out[:, enc["input_ids"].shape[1] :]]
             ids += new
             texts += tokenizer.batch_decode(new, skip_special_tokens=True)

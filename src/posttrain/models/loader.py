@@ -99,9 +99,7 @@ def _build_tiny(model_cfg: DictConfig, hw_cfg: DictConfig, seed: int) -> tuple[P
     tokenizer = build_byte_tokenizer(model_cfg.family, model_cfg.chat_template)
     config = hf_config(model_cfg)
     if len(tokenizer) > config.vocab_size:
-        raise ConfigError(
-            f"tokenizer has {len(tokenizer)} tokens but model.arch.vocab_size={config.vocab_size}"
-        )
+        raise ConfigError(f"tokenizer has {len(tokenizer)} tokens but model.arch.vocab_size={config.vocab_size}")
     config.pad_token_id = tokenizer.pad_token_id
     config.bos_token_id = tokenizer.bos_token_id
     config.eos_token_id = tokenizer.eos_token_id

@@ -8,7 +8,6 @@ from transformers import PreTrainedTokenizerFast
 
 from posttrain.paths import CHAT_TEMPLATE_DIR
 
-
 # Special tokens of the real tokenizers (names only; ids differ from the real vocabularies).
 SPECIAL_TOKENS = {
     "llama": [

@@ -88,8 +88,9 @@ def _options(fn: RewardFunc) -> set[str]:
 class BoundReward:
     """A registered reward with its config options bound; named for TRL's logs, picklable."""
 
-    def __init__(self, fn: RewardFunc, kwargs: Mapping[str, Any], name: str,
-                 value_range: tuple[float, float] | None = None):
+    def __init__(
+        self, fn: RewardFunc, kwargs: Mapping[str, Any], name: str, value_range: tuple[float, float] | None = None
+    ):
         self.fn, self.kwargs = fn, dict(kwargs)
         self.value_range = value_range
         self.__name__ = self.__qualname__ = name  # TRL logs rewards/<__name__>

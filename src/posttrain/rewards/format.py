@@ -29,7 +29,12 @@ from typing import Any
 from posttrain.rewards.text import completion_text
 
 __all__ = [
-    "final_text", "is_harmony_formatted", "is_numeric_answer", "is_think_formatted", "harmony_format", "numeric_answer",
+    "final_text",
+    "harmony_format",
+    "is_harmony_formatted",
+    "is_numeric_answer",
+    "is_think_formatted",
+    "numeric_answer",
     "think_format",
 ]
 
@@ -68,7 +73,7 @@ def is_think_formatted(text: str, require_open_tag: bool = True) -> bool:
     head, answer = text.split(_THINK_CLOSE, 1)
     stripped = head.lstrip()
     if stripped.startswith(_THINK_OPEN):
-        reasoning = stripped[len(_THINK_OPEN):]
+        reasoning = stripped[len(_THINK_OPEN) :]
     elif require_open_tag or _THINK_OPEN in head:
         return False
     else:

@@ -25,13 +25,13 @@ __all__ = [
     "INSTRUCTION_IDS",
     "follows",
     "follows_loose",
+    "fraction_followed",
+    "ifeval_loose",
+    "ifeval_metrics",
+    "ifeval_strict",
     "loose_variants",
     "verdicts",
-    "fraction_followed",
-    "ifeval_strict",
-    "ifeval_loose",
     "verdicts_by_instruction",
-    "ifeval_metrics",
 ]
 
 #: The 25 instruction ids of Google's IFEval registry.
@@ -69,9 +69,7 @@ def loose_variants(response: str) -> list[str]:
     ]
 
 
-def follows_loose(
-    instruction_id: str, kwargs: dict[str, Any] | None, response: str, prompt: str | None = None
-) -> bool:
+def follows_loose(instruction_id: str, kwargs: dict[str, Any] | None, response: str, prompt: str | None = None) -> bool:
     """IFEval loose verdict: strict verdict on any of ``loose_variants(response)``."""
     return any(follows(instruction_id, kwargs, r, prompt) for r in loose_variants(response))
 

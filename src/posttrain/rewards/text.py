@@ -21,11 +21,11 @@ from typing import Any
 
 __all__ = [
     "completion_text",
-    "prompt_text",
     "count_sentences",
     "count_words",
-    "word_tokenize",
     "detect_language",
+    "prompt_text",
+    "word_tokenize",
 ]
 
 

@@ -44,9 +44,12 @@ class Contrastive(Algorithm):
         seq = int(algo.max_length)
         lm_views = (2 + bool(algo.lm_on_counterfactual)) if float(algo.lm_weight) else 0
         return Workload(
-            seqs=batch * VIEWS, seq_len=seq, logit_tokens=seq * lm_views // VIEWS,
+            seqs=batch * VIEWS,
+            seq_len=seq,
+            logit_tokens=seq * lm_views // VIEWS,
             note=f"{batch} triplets x {VIEWS} views (benign, counterfactual, injection)",
-            train_mode="lora", extra_trainable=head_parameter_count(cfg),
+            train_mode="lora",
+            extra_trainable=head_parameter_count(cfg),
         )
 
     def build_trainer(self, cfg: DictConfig, run_dir: Path, callbacks: list) -> Any:

@@ -5,7 +5,6 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import torch
 from omegaconf import DictConfig
 
 from posttrain.algos.contrastive.model import build_model
@@ -24,13 +23,22 @@ def build_trainer(cfg: DictConfig, run_dir: Path, callbacks: list | None = None)
     model = build_model(cfg)
     tokenizer, algo = model.tokenizer, cfg.algo
     dataset = TripletDataset(
-        build_triplets(cfg.data, "train"), tokenizer, algo.max_length, algo.pool,
-        injected_target=cfg.data.params.get("injected_target", "answer"), pad_to_max_length=algo.pad_to_max_length,
+        build_triplets(cfg.data, "train"),
+        tokenizer,
+        algo.max_length,
+        algo.pool,
+        injected_target=cfg.data.params.get("injected_target", "answer"),
+        pad_to_max_length=algo.pad_to_max_length,
     )
     args = TrainingArguments(**common_training_kwargs(cfg, run_dir), remove_unused_columns=False)
     return ContrastiveTrainer(
-        model=model, args=args, train_dataset=dataset, data_collator=TripletCollator(tokenizer.pad_token_id),
-        processing_class=tokenizer, callbacks=callbacks, run_cfg=cfg,
+        model=model,
+        args=args,
+        train_dataset=dataset,
+        data_collator=TripletCollator(tokenizer.pad_token_id),
+        processing_class=tokenizer,
+        callbacks=callbacks,
+        run_cfg=cfg,
     )
 
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Optional
 
 from omegaconf import DictConfig
 
@@ -23,7 +22,7 @@ class ContrastiveAlgoConfig:
     head_hidden_dim: int = 256  # 0: linear projection head
     proj_dim: int = 128
     pad_to_max_length: bool = False  # pre-pad in the dataset (static shapes); same rule as the collator
-    init_from: Optional[str] = None  # checkpoint dir whose adapters + head start this run (fresh optimizer)
+    init_from: str | None = None  # checkpoint dir whose adapters + head start this run (fresh optimizer)
     # evaluation (greedy replies; mode=eval scores `eval.checkpoint`, "init" = base + algo.init_from)
     max_new_tokens: int = 12
     eval_batch_size: int = 32
@@ -40,8 +39,12 @@ def validate_contrastive(cfg: DictConfig) -> None:
         raise ConfigError("algo.contrastive_weight and algo.lm_weight are both 0: nothing to train")
     if algo.pool not in ("prompt", "all"):
         raise ConfigError(f"algo.pool={algo.pool!r} is not one of prompt, all")
-    sizes = {"max_length": algo.max_length, "proj_dim": algo.proj_dim,
-             "max_new_tokens": algo.max_new_tokens, "eval_batch_size": algo.eval_batch_size}
+    sizes = {
+        "max_length": algo.max_length,
+        "proj_dim": algo.proj_dim,
+        "max_new_tokens": algo.max_new_tokens,
+        "eval_batch_size": algo.eval_batch_size,
+    }
     for key, value in sizes.items():
         if value <= 0:
             raise ConfigError(f"algo.{key}={value} must be > 0")
@@ -49,4 +52,3 @@ def validate_contrastive(cfg: DictConfig) -> None:
         raise ConfigError(f"algo.head_hidden_dim={algo.head_hidden_dim} must be >= 0")
     if not cfg.model.lora.enabled:
         raise ConfigError("algo=contrastive trains LoRA adapters + a projection head: model.lora.enabled must be true")
-

@@ -11,8 +11,9 @@ Generation is greedy and batched with left padding (`posttrain.models.generation
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 import torch
 from omegaconf import DictConfig
@@ -34,8 +35,9 @@ def attack_succeeded(reply: str, witness: str) -> bool:
     return witness.lower() in reply.lower()
 
 
-def generate_replies(lm: torch.nn.Module, tokenizer: Any, prompts: Sequence[tuple[str, str]], max_new_tokens: int,
-                     batch_size: int) -> list[str]:
+def generate_replies(
+    lm: torch.nn.Module, tokenizer: Any, prompts: Sequence[tuple[str, str]], max_new_tokens: int, batch_size: int
+) -> list[str]:
     """Greedy replies to (request, data) user turns."""
     convs = [[user_message(r, d)] for r, d in prompts]
     return generate(lm, tokenizer, convs, max_new_tokens=max_new_tokens, batch_size=batch_size)[0]
@@ -60,16 +62,30 @@ def score(rows: Sequence[dict], benign_replies: Sequence[str], injected_replies:
     }
 
 
-def evaluate_model(cfg: DictConfig, model: torch.nn.Module, tokenizer: Any, rows: list[dict] | None = None,
-                   return_replies: bool = False) -> dict[str, Any]:
+def evaluate_model(
+    cfg: DictConfig,
+    model: torch.nn.Module,
+    tokenizer: Any,
+    rows: list[dict] | None = None,
+    return_replies: bool = False,
+) -> dict[str, Any]:
     """Scores of `model` (a ContrastiveModel) on the eval triplets of `cfg.data`."""
     rows = rows if rows is not None else build_triplets(cfg.data, "eval")
     algo = cfg.algo
-    benign = generate_replies(model.lm, tokenizer, [(r["benign"]["request"], r["benign"]["data"]) for r in rows],
-                              algo.max_new_tokens, algo.eval_batch_size)
-    injected = generate_replies(model.lm, tokenizer,
-                                [(r["injected"]["request"], r["injected"]["data"]) for r in rows],
-                                algo.max_new_tokens, algo.eval_batch_size)
+    benign = generate_replies(
+        model.lm,
+        tokenizer,
+        [(r["benign"]["request"], r["benign"]["data"]) for r in rows],
+        algo.max_new_tokens,
+        algo.eval_batch_size,
+    )
+    injected = generate_replies(
+        model.lm,
+        tokenizer,
+        [(r["injected"]["request"], r["injected"]["data"]) for r in rows],
+        algo.max_new_tokens,
+        algo.eval_batch_size,
+    )
     result = score(rows, benign, injected)
     if return_replies:
         result["replies"] = {"benign": benign, "injected": injected}
@@ -107,5 +123,10 @@ def evaluate_checkpoint(cfg: DictConfig, checkpoint: Path | None) -> dict[str, A
     if checkpoint is not None:
         load_weights(model, checkpoint, cfg)
     metrics = evaluate_model(cfg, model.to(device_for(cfg)), model.tokenizer)
-    return {"algo": "contrastive", "checkpoint": str(checkpoint) if checkpoint else "init", "eval": metrics,
-            **flat(metrics, ""), "objective": metrics["asr_heldout"]}
+    return {
+        "algo": "contrastive",
+        "checkpoint": str(checkpoint) if checkpoint else "init",
+        "eval": metrics,
+        **flat(metrics, ""),
+        "objective": metrics["asr_heldout"],
+    }

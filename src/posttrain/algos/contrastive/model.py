@@ -75,7 +75,9 @@ class ContrastiveModel(nn.Module):
     def output_embeddings(self) -> nn.Module:
         return self.causal_lm.get_output_embeddings()
 
-    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, pool_mask: torch.Tensor) -> ContrastiveOutput:
+    def forward(
+        self, input_ids: torch.Tensor, attention_mask: torch.Tensor, pool_mask: torch.Tensor
+    ) -> ContrastiveOutput:
         hidden = self.backbone(input_ids=input_ids, attention_mask=attention_mask, use_cache=False).last_hidden_state
         pooled = masked_mean(hidden, pool_mask * attention_mask)
         return ContrastiveOutput(hidden=hidden, pooled=pooled, z=self.head(pooled))

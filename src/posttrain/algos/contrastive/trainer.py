@@ -33,11 +33,13 @@ class ContrastiveTrainer(LossTermsMixin, AtomicCheckpointMixin, Trainer):
     def _unwrapped(self, model: torch.nn.Module | None = None) -> torch.nn.Module:
         return self.accelerator.unwrap_model(model if model is not None else self.model)
 
-    def compute_loss(self, model, inputs: dict[str, torch.Tensor], return_outputs: bool = False,
-                     num_items_in_batch: Any = None):
+    def compute_loss(
+        self, model, inputs: dict[str, torch.Tensor], return_outputs: bool = False, num_items_in_batch: Any = None
+    ):
         algo = self.run_cfg.algo
-        out = model(input_ids=inputs["input_ids"], attention_mask=inputs["attention_mask"],
-                    pool_mask=inputs["pool_mask"])
+        out = model(
+            input_ids=inputs["input_ids"], attention_mask=inputs["attention_mask"], pool_mask=inputs["pool_mask"]
+        )
         nce, stats = info_nce(out.z, algo.temperature, algo.in_batch_negatives)
         rows = lm_rows(out.hidden.shape[0], algo.lm_on_counterfactual, out.hidden.device)
         lm = shifted_lm_loss(out.hidden[rows], inputs["labels"][rows], self._unwrapped(model).output_embeddings())

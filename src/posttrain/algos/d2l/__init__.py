@@ -43,10 +43,14 @@ class D2L(Algorithm):
         algo, batch = cfg.algo, int(cfg.trainer.per_device_batch_size)
         doc = int(algo.encoder.max_doc_length)
         return Workload(
-            seqs=batch, seq_len=int(algo.max_length), logit_tokens=int(algo.max_length),
-            note=f"{batch} queries + {batch} documents (<= {algo.encoder.max_chunks} x {doc} tokens) through the encoder",
-            train_mode="frozen", encoder_copy=not algo.encoder.share_weights,
-            encoder_seqs=batch * int(algo.encoder.max_chunks), encoder_len=doc,  # worst case: every document chunked
+            seqs=batch,
+            seq_len=int(algo.max_length),
+            logit_tokens=int(algo.max_length),
+            note=f"{batch} queries + {batch} documents (<= {algo.encoder.max_chunks} x {doc} tokens) in the encoder",
+            train_mode="frozen",
+            encoder_copy=not algo.encoder.share_weights,
+            encoder_seqs=batch * int(algo.encoder.max_chunks),
+            encoder_len=doc,  # worst case: every document chunked
             extra_trainable=hypernet_parameter_count(cfg),
         )
 

@@ -15,8 +15,16 @@ from posttrain.checkpoints import complete_checkpoints
 from posttrain.dist import device_for
 from posttrain.errors import CheckpointError
 
-__all__ = ["D2LAlgoConfig", "D2LModel", "GeneratedLoRA", "build_model", "build_trainer", "evaluate", "load_d2l",
-           "summarize"]
+__all__ = [
+    "D2LAlgoConfig",
+    "D2LModel",
+    "GeneratedLoRA",
+    "build_model",
+    "build_trainer",
+    "evaluate",
+    "load_d2l",
+    "summarize",
+]
 
 
 def _featurized(cfg: DictConfig, model: D2LModel, records: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -43,8 +51,12 @@ def build_trainer(cfg: DictConfig, run_dir: Path, callbacks: list | None = None)
     if algo.kl_coef > 0:  # computed by the trainer once it has placed the model
         # the weights' identity; the teacher's inputs, tokenizer and template are hashed from the rows themselves
         key = {"model": OmegaConf.to_container(cfg.model, resolve=True), "seed": cfg.seed}
-        teacher = {"k": algo.kl_top_k, "temperature": algo.kl_temperature, "cache_dir": Path(run_dir) / "cache",
-                   "key_parts": key}
+        teacher = {
+            "k": algo.kl_top_k,
+            "temperature": algo.kl_temperature,
+            "cache_dir": Path(run_dir) / "cache",
+            "key_parts": key,
+        }
     args = TrainingArguments(**common_training_kwargs(cfg, run_dir), remove_unused_columns=False)
     return D2LTrainer(
         model=model,
@@ -52,7 +64,10 @@ def build_trainer(cfg: DictConfig, run_dir: Path, callbacks: list | None = None)
         train_dataset=ListDataset(rows),
         data_collator=D2LCollator(model.tokenizer.pad_token_id, teacher=algo.kl_coef > 0),
         callbacks=callbacks,
-        ce_coef=algo.ce_coef, kl_coef=algo.kl_coef, l1_coef=algo.l1_coef, kl_temperature=algo.kl_temperature,
+        ce_coef=algo.ce_coef,
+        kl_coef=algo.kl_coef,
+        l1_coef=algo.l1_coef,
+        kl_temperature=algo.kl_temperature,
         teacher=teacher,
     )
 
@@ -63,8 +78,7 @@ def _eval(cfg: DictConfig, model: D2LModel) -> dict[str, Any]:
 
     _, held_out = d2l_records(cfg.data)
     algo = cfg.algo
-    return evaluate_model(model, held_out, algo.max_length, algo.max_new_tokens,
-                          algo.eval_batch_size)
+    return evaluate_model(model, held_out, algo.max_length, algo.max_new_tokens, algo.eval_batch_size)
 
 
 def _flat_eval(result: dict[str, Any]) -> dict[str, Any]:

@@ -55,6 +55,8 @@ class D2LCollator:
 
 def teacher_batch(rows: list[dict[str, Any]], pad_id: int) -> dict[str, torch.Tensor]:
     """The in-context view (document + question) of `rows`, right padded."""
-    return {"input_ids": _pad([r["t_input_ids"] for r in rows], pad_id),
-            "attention_mask": _mask([r["t_input_ids"] for r in rows]),
-            "labels": _pad([r["t_labels"] for r in rows], IGNORE_INDEX)}
+    return {
+        "input_ids": _pad([r["t_input_ids"] for r in rows], pad_id),
+        "attention_mask": _mask([r["t_input_ids"] for r in rows]),
+        "labels": _pad([r["t_labels"] for r in rows], IGNORE_INDEX),
+    }

@@ -13,7 +13,6 @@ may be left null (derived) or must equal that number.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Optional
 
 from omegaconf import DictConfig
 
@@ -23,7 +22,7 @@ from posttrain.config.validate import ConfigError
 @dataclass
 class D2LEncoderConfig:
     # Number of base layers the context encoder runs (early exit); null: as deep as the targets need.
-    early_exit_layer: Optional[int] = None
+    early_exit_layer: int | None = None
     # true: the trimmed frozen copy shares the base's (frozen) tensors — no extra memory; false: a deep copy.
     share_weights: bool = True
     # Tokens per chunk the encoder reads at once. A longer document is split into chunks, one generated LoRA per
@@ -39,7 +38,7 @@ class D2LAggregatorConfig:
     latent_size: int = 64
     num_heads: int = 4
     # null: derived (layers * modules * (rank if per_rank_gen else 1)); when set it must equal that number.
-    num_queries: Optional[int] = None
+    num_queries: int | None = None
     mlp_ratio: int = 2
 
 
@@ -47,7 +46,7 @@ class D2LAggregatorConfig:
 class D2LAlgoConfig:
     name: str = "d2l"
     target_modules: list[str] = field(default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj"])
-    layers: Optional[list[int]] = None  # base layers that get a generated LoRA; null: all
+    layers: list[int] | None = None  # base layers that get a generated LoRA; null: all
     rank: int = 4
     alpha: float = 8.0  # update = alpha / rank * B^T A x
     per_rank_gen: bool = True
@@ -99,8 +98,10 @@ def _expert_target(cfg: DictConfig, name: str) -> str | None:
 def _check_targets(cfg: DictConfig) -> None:
     """Generated LoRA wraps linear layers only: a MoE's experts are refused here, before any weight loads."""
     if cfg.model.lora.experts:
-        raise ConfigError("model.lora.experts=true with algo=d2l: D2L does not use model.lora (it generates LoRA "
-                          "for the linear layers in algo.target_modules) and cannot target MoE experts")
+        raise ConfigError(
+            "model.lora.experts=true with algo=d2l: D2L does not use model.lora (it generates LoRA "
+            "for the linear layers in algo.target_modules) and cannot target MoE experts"
+        )
     for name in cfg.algo.target_modules:
         path = _expert_target(cfg, str(name))
         if path is not None:
@@ -113,11 +114,17 @@ def _check_targets(cfg: DictConfig) -> None:
 def validate_d2l(cfg: DictConfig) -> None:
     algo, agg = cfg.algo, cfg.algo.aggregator
     n_layers = int(cfg.model.arch.num_hidden_layers)
-    for key, value in (("rank", algo.rank), ("aggregator.num_blocks", agg.num_blocks),
-                       ("aggregator.latent_size", agg.latent_size), ("aggregator.num_heads", agg.num_heads),
-                       ("max_length", algo.max_length), ("encoder.max_doc_length", algo.encoder.max_doc_length),
-                       ("encoder.max_chunks", algo.encoder.max_chunks),
-                       ("alpha", algo.alpha), ("eval_batch_size", algo.eval_batch_size)):
+    for key, value in (
+        ("rank", algo.rank),
+        ("aggregator.num_blocks", agg.num_blocks),
+        ("aggregator.latent_size", agg.latent_size),
+        ("aggregator.num_heads", agg.num_heads),
+        ("max_length", algo.max_length),
+        ("encoder.max_doc_length", algo.encoder.max_doc_length),
+        ("encoder.max_chunks", algo.encoder.max_chunks),
+        ("alpha", algo.alpha),
+        ("eval_batch_size", algo.eval_batch_size),
+    ):
         if value <= 0:
             raise ConfigError(f"algo.{key}={value} must be > 0")
     for key in ("ce_coef", "kl_coef", "l1_coef", "bias_lora_rank"):
@@ -128,7 +135,9 @@ def validate_d2l(cfg: DictConfig) -> None:
     if algo.kl_coef > 0 and algo.kl_top_k < 1:
         raise ConfigError(f"algo.kl_top_k={algo.kl_top_k} must be >= 1 when algo.kl_coef > 0")
     if agg.latent_size % agg.num_heads:
-        raise ConfigError(f"algo.aggregator.latent_size={agg.latent_size} must be divisible by num_heads={agg.num_heads}")
+        raise ConfigError(
+            f"algo.aggregator.latent_size={agg.latent_size} must be divisible by num_heads={agg.num_heads}"
+        )
     if not algo.target_modules:
         raise ConfigError("algo.target_modules is empty: name at least one linear layer (e.g. [q_proj])")
     _check_targets(cfg)
@@ -151,5 +160,6 @@ def validate_d2l(cfg: DictConfig) -> None:
             f"{per} = {expected} (set it to {expected} or null)"
         )
     if not str(cfg.data.name).startswith("d2l"):
-        raise ConfigError(f"algo=d2l needs a document QA data set (data=d2l_synth or data=d2l_squad), got data={cfg.data.name}")
-
+        raise ConfigError(
+            f"algo=d2l needs a document QA data set (data=d2l_synth or data=d2l_squad), got data={cfg.data.name}"
+        )

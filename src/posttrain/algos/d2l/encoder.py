@@ -54,8 +54,10 @@ class ContextEncoder(nn.Module):
     @torch.no_grad()
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
         outputs: list[torch.Tensor] = []
-        hooks = [layer.register_forward_hook(lambda _m, _i, out: outputs.append(out[0] if isinstance(out, tuple) else out))
-                 for layer in self.backbone.layers]
+        hooks = [
+            layer.register_forward_hook(lambda _m, _i, out: outputs.append(out[0] if isinstance(out, tuple) else out))
+            for layer in self.backbone.layers
+        ]
         try:
             self.backbone(input_ids=input_ids, attention_mask=attention_mask, use_cache=False)
         finally:

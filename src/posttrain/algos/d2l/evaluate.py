@@ -54,8 +54,9 @@ def _answer_nll(model: Any, batch: dict[str, torch.Tensor], lora: GeneratedLoRA 
     """(sum of answer-token NLL, answer-token count) for `batch` with `lora` applied (None: bare base)."""
     model.apply(lora)
     try:
-        hidden = backbone_of(model.base)(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
-                                         use_cache=False).last_hidden_state
+        hidden = backbone_of(model.base)(
+            input_ids=batch["input_ids"], attention_mask=batch["attention_mask"], use_cache=False
+        ).last_hidden_state
     finally:
         model.reset()
     labels = batch["labels"][:, 1:]
@@ -88,8 +89,14 @@ def internalize_latency_ms(model: Any, docs: list[str], repeats: int = 1) -> flo
 
 
 @torch.no_grad()
-def evaluate_model(model: Any, records: list[dict[str, Any]], max_length: int, max_new_tokens: int = 12,
-                   batch_size: int = 16, generate: bool = True) -> dict[str, Any]:
+def evaluate_model(
+    model: Any,
+    records: list[dict[str, Any]],
+    max_length: int,
+    max_new_tokens: int = 12,
+    batch_size: int = 16,
+    generate: bool = True,
+) -> dict[str, Any]:
     """Metrics per condition over held-out `records` ({document, question, answer}); documents are read as the
     model reads them (`model.max_doc_length` tokens per chunk, `model.max_chunks` chunks), in context too."""
     was_training = model.training
@@ -99,21 +106,25 @@ def evaluate_model(model: Any, records: list[dict[str, Any]], max_length: int, m
     if len(docs) < 2:
         raise ValueError("evaluation needs at least two held-out documents (the other-document control)")
     read = {"max_doc_length": model.max_doc_length, "max_chunks": model.max_chunks}
-    all_lora = GeneratedLoRA.cat([model.internalize(docs[i:i + batch_size]) for i in range(0, len(docs), batch_size)])
+    all_lora = GeneratedLoRA.cat([model.internalize(docs[i : i + batch_size]) for i in range(0, len(docs), batch_size)])
     other = [(i + 1) % len(docs) for i in range(len(docs))]
     collate = D2LCollator(tok.pad_token_id)
     nll = {c: 0.0 for c in CONDITIONS}
     count = {c: 0 for c in CONDITIONS}
     preds: dict[str, list[str]] = {c: [] for c in CONDITIONS}
     for i in range(0, len(records), batch_size):
-        chunk = records[i:i + batch_size]
-        idx = doc_index[i:i + batch_size]
+        chunk = records[i : i + batch_size]
+        idx = doc_index[i : i + batch_size]
         rows = [featurize(r, tok, max_length, **read) for r in chunk]
         student = {k: v.to(device) for k, v in collate(rows).items()}
         teacher = {k: v.to(device) for k, v in teacher_batch(rows, tok.pad_token_id).items()}
         mine, theirs = all_lora.select(idx), all_lora.select([other[j] for j in idx])
-        for cond, batch, lora in (("no_context", student, None), ("in_context", teacher, None),
-                                  ("d2l", student, mine), ("d2l_other_doc", student, theirs)):
+        for cond, batch, lora in (
+            ("no_context", student, None),
+            ("in_context", teacher, None),
+            ("d2l", student, mine),
+            ("d2l_other_doc", student, theirs),
+        ):
             s, n = _answer_nll(model, batch, lora)
             nll[cond] += s
             count[cond] += n
@@ -121,8 +132,9 @@ def evaluate_model(model: Any, records: list[dict[str, Any]], max_length: int, m
             questions = [r["question"] for r in chunk]
             preds["no_context"] += model.generate(questions, None, max_new_tokens)
             seen = [visible_document(r["document"], tok, **read)[1] for r in chunk]
-            preds["in_context"] += model.generate([in_context_prompt(d, r["question"]) for d, r in zip(seen, chunk)],
-                                                  None, max_new_tokens)
+            preds["in_context"] += model.generate(
+                [in_context_prompt(d, r["question"]) for d, r in zip(seen, chunk)], None, max_new_tokens
+            )
             preds["d2l"] += model.generate(questions, mine, max_new_tokens)
             preds["d2l_other_doc"] += model.generate(questions, theirs, max_new_tokens)
     result: dict[str, Any] = {"num_docs": len(docs), "num_questions": len(records)}
@@ -130,11 +142,19 @@ def evaluate_model(model: Any, records: list[dict[str, Any]], max_length: int, m
         entry = {"answer_loss": nll[cond] / max(count[cond], 1)}
         if generate:
             answers = [r["answer"] for r in records]
-            entry["exact_match"] = sum(normalize(p) == normalize(a) for p, a in zip(preds[cond], answers)) / len(records)
+            entry["exact_match"] = sum(normalize(p) == normalize(a) for p, a in zip(preds[cond], answers)) / len(
+                records
+            )
             entry["rouge_l"] = sum(rouge_l(p, a) for p, a in zip(preds[cond], answers)) / len(records)
         result[cond] = entry
     result["internalize_ms_per_doc"] = internalize_latency_ms(model, docs[: min(len(docs), 32)])
-    result["examples"] = [{"question": r["question"], "answer": r["answer"], **{c: preds[c][j] for c in CONDITIONS}}
-                          for j, r in enumerate(records[:5])] if generate else []
+    result["examples"] = (
+        [
+            {"question": r["question"], "answer": r["answer"], **{c: preds[c][j] for c in CONDITIONS}}
+            for j, r in enumerate(records[:5])
+        ]
+        if generate
+        else []
+    )
     model.train(was_training)
     return result

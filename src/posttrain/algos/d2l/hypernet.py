@@ -70,7 +70,9 @@ class Hypernet(nn.Module):
         self.in_norm = nn.LayerNorm(spec.hidden_size)
         self.in_proj = nn.Linear(spec.hidden_size, size)
         self.queries = nn.Parameter(torch.randn(L, q_per_layer, size) / math.sqrt(size))
-        self.blocks = nn.ModuleList(PerceiverBlock(size, spec.num_heads, spec.mlp_ratio) for _ in range(spec.num_blocks))
+        self.blocks = nn.ModuleList(
+            PerceiverBlock(size, spec.num_heads, spec.mlp_ratio) for _ in range(spec.num_blocks)
+        )
         self.out_norm = nn.LayerNorm(size)
         rows = 1 if spec.per_rank_gen else r
         self.head_A, self.head_B = nn.ParameterDict(), nn.ParameterDict()
@@ -84,8 +86,12 @@ class Hypernet(nn.Module):
         self.scale_B = nn.Parameter(torch.zeros(L, M, r))  # generated update starts at exactly zero
         if spec.bias_lora_rank:
             rb = spec.bias_lora_rank
-            self.bias_A = nn.ParameterDict({m: nn.Parameter(torch.randn(L, rb, spec.dims[m][0]) / math.sqrt(spec.dims[m][0]))
-                                            for m in spec.modules})
+            self.bias_A = nn.ParameterDict(
+                {
+                    m: nn.Parameter(torch.randn(L, rb, spec.dims[m][0]) / math.sqrt(spec.dims[m][0]))
+                    for m in spec.modules
+                }
+            )
             self.bias_B = nn.ParameterDict({m: nn.Parameter(torch.zeros(L, rb, spec.dims[m][1])) for m in spec.modules})
 
     def latents(self, feats: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:

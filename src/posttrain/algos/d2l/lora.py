@@ -29,27 +29,32 @@ class GeneratedLoRA:
     def __len__(self) -> int:
         return next(iter(self.A.values())).shape[0]
 
-    def select(self, index: torch.Tensor | list[int]) -> "GeneratedLoRA":
+    def select(self, index: torch.Tensor | list[int]) -> GeneratedLoRA:
         rows = None if self.rows is None else self.rows[torch.as_tensor(index, device=self.rows.device)]
         return GeneratedLoRA({k: v[index] for k, v in self.A.items()}, {k: v[index] for k, v in self.B.items()}, rows)
 
-    def detach(self) -> "GeneratedLoRA":
-        return GeneratedLoRA({k: v.detach() for k, v in self.A.items()}, {k: v.detach() for k, v in self.B.items()},
-                             self.rows)
+    def detach(self) -> GeneratedLoRA:
+        return GeneratedLoRA(
+            {k: v.detach() for k, v in self.A.items()}, {k: v.detach() for k, v in self.B.items()}, self.rows
+        )
 
     @staticmethod
-    def cat(loras: list["GeneratedLoRA"]) -> "GeneratedLoRA":
+    def cat(loras: list[GeneratedLoRA]) -> GeneratedLoRA:
         """One batch of the documents of `loras`, zero rank rows padding each to the largest rank."""
         width = max(next(iter(lo.A.values())).shape[1] for lo in loras)
 
         def pad(v: torch.Tensor) -> torch.Tensor:
             return torch.nn.functional.pad(v, (0, 0, 0, width - v.shape[1]))
 
-        rows = [lo.rows if lo.rows is not None else torch.full((len(lo),), next(iter(lo.A.values())).shape[1])
-                for lo in loras]
-        return GeneratedLoRA({k: torch.cat([pad(lo.A[k]) for lo in loras]) for k in loras[0].A},
-                             {k: torch.cat([pad(lo.B[k]) for lo in loras]) for k in loras[0].B},
-                             torch.cat([r.to(rows[0].device) for r in rows]))
+        rows = [
+            lo.rows if lo.rows is not None else torch.full((len(lo),), next(iter(lo.A.values())).shape[1])
+            for lo in loras
+        ]
+        return GeneratedLoRA(
+            {k: torch.cat([pad(lo.A[k]) for lo in loras]) for k in loras[0].A},
+            {k: torch.cat([pad(lo.B[k]) for lo in loras]) for k in loras[0].B},
+            torch.cat([r.to(rows[0].device) for r in rows]),
+        )
 
     def tensors(self) -> dict[str, torch.Tensor]:
         """Flat dict (for safetensors): `<module>.lora_A` / `<module>.lora_B`."""
@@ -112,13 +117,19 @@ class D2LLinear(nn.Module):
         return h @ B.reshape(n * r, -1)
 
 
-def find_targets(layers: nn.ModuleList, layer_ids: list[int], module_names: list[str]) -> dict[str, tuple[int, str, nn.Module]]:
-    """`{path: (layer, module_name, linear)}` for every target, in (layer, module) order; errors name what is missing."""
+def find_targets(
+    layers: nn.ModuleList, layer_ids: list[int], module_names: list[str]
+) -> dict[str, tuple[int, str, nn.Module]]:
+    """`{path: (layer, module_name, linear)}` for every target, in (layer, module) order; errors name what is
+    missing."""
     found: dict[str, tuple[int, str, nn.Module]] = {}
     for li in layer_ids:
         for name in module_names:
-            hits = [(p, m) for p, m in layers[li].named_modules()
-                    if p.split(".")[-1] == name and hasattr(m, "in_features") and hasattr(m, "out_features")]
+            hits = [
+                (p, m)
+                for p, m in layers[li].named_modules()
+                if p.split(".")[-1] == name and hasattr(m, "in_features") and hasattr(m, "out_features")
+            ]
             hits = [(p, m) for p, m in hits if not p.endswith("base_layer")]
             if len(hits) != 1:
                 raise ValueError(f"layer {li}: expected one linear module named {name!r}, found {[p for p, _ in hits]}")
@@ -127,10 +138,12 @@ def find_targets(layers: nn.ModuleList, layer_ids: list[int], module_names: list
     return found
 
 
-def install(layers: nn.ModuleList, targets: dict[str, tuple[int, str, nn.Module]], scaling: float) -> dict[str, D2LLinear]:
+def install(
+    layers: nn.ModuleList, targets: dict[str, tuple[int, str, nn.Module]], scaling: float
+) -> dict[str, D2LLinear]:
     """Replace each target with a `D2LLinear` around it (idempotent); returns `{path: wrapper}`."""
     wrappers: dict[str, D2LLinear] = {}
-    for path, (li, _, module) in targets.items():
+    for path, (li, _, _module) in targets.items():
         sub = path.split(".", 2)[2]
         parent_path, _, attr = sub.rpartition(".")
         parent = layers[li].get_submodule(parent_path) if parent_path else layers[li]
@@ -142,7 +155,9 @@ def install(layers: nn.ModuleList, targets: dict[str, tuple[int, str, nn.Module]
     return wrappers
 
 
-def set_lora(wrappers: dict[str, D2LLinear], lora: GeneratedLoRA | None, token_index: torch.Tensor | None = None) -> None:
+def set_lora(
+    wrappers: dict[str, D2LLinear], lora: GeneratedLoRA | None, token_index: torch.Tensor | None = None
+) -> None:
     for path, w in wrappers.items():
         w.lora_A = None if lora is None else lora.A[path]
         w.lora_B = None if lora is None else lora.B[path]

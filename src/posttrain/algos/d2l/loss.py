@@ -13,8 +13,9 @@ from posttrain.data.chat import IGNORE_INDEX, check_labels
 
 def answer_logits(model: Any, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor, Any]:
     """(fp32 logits at the positions predicting answer tokens [n, V], their targets [n], the generated LoRA)."""
-    hidden, lora = model(batch["ctx_ids"], batch["ctx_mask"], batch["input_ids"], batch["attention_mask"],
-                         ctx_doc=batch.get("ctx_doc"))
+    hidden, lora = model(
+        batch["ctx_ids"], batch["ctx_mask"], batch["input_ids"], batch["attention_mask"], ctx_doc=batch.get("ctx_doc")
+    )
     labels = batch["labels"][:, 1:]
     check_labels(labels)
     sel = labels != IGNORE_INDEX
@@ -29,8 +30,14 @@ def topk_kl(logits: torch.Tensor, t_idx: torch.Tensor, t_logp: torch.Tensor, tem
     return (t_logp.exp() * (t_logp - s_logp)).sum(-1).mean()
 
 
-def d2l_loss(model: Any, batch: dict[str, torch.Tensor], ce_coef: float = 1.0, kl_coef: float = 0.0,
-             l1_coef: float = 0.0, kl_temperature: float = 1.0) -> tuple[torch.Tensor, dict[str, float]]:
+def d2l_loss(
+    model: Any,
+    batch: dict[str, torch.Tensor],
+    ce_coef: float = 1.0,
+    kl_coef: float = 0.0,
+    l1_coef: float = 0.0,
+    kl_temperature: float = 1.0,
+) -> tuple[torch.Tensor, dict[str, float]]:
     logits, targets, lora = answer_logits(model, batch)
     ce = F.cross_entropy(logits, targets)
     l1 = lora.l1()

@@ -5,8 +5,9 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 import torch
 from omegaconf import DictConfig
@@ -28,8 +29,15 @@ class D2LModel(nn.Module):
     The base LM is registered (so `.to()` moves it) but `hypernet_state_dict()` is what checkpoints hold.
     """
 
-    def __init__(self, base: nn.Module, tokenizer: Any, spec: HypernetSpec, share_encoder_weights: bool = True,
-                 max_doc_length: int = 256, max_chunks: int = 1):
+    def __init__(
+        self,
+        base: nn.Module,
+        tokenizer: Any,
+        spec: HypernetSpec,
+        share_encoder_weights: bool = True,
+        max_doc_length: int = 256,
+        max_chunks: int = 1,
+    ):
         super().__init__()
         # how `internalize` reads a document: chunks of max_doc_length tokens, at most max_chunks (the rest is cut)
         self.max_doc_length, self.max_chunks = max_doc_length, max_chunks
@@ -46,14 +54,16 @@ class D2LModel(nn.Module):
         self.spec = spec
 
     # -- the frozen base stays in eval mode (no dropout), except that HF layers only checkpoint in train mode ------
-    def train(self, mode: bool = True) -> "D2LModel":
+    def train(self, mode: bool = True) -> D2LModel:
         self.training = mode
         self.hypernet.train(mode)
         self.base.train(mode and self.is_activation_checkpointing)
         return self
 
     # -- gradient (activation) checkpointing is the base model's ---------------------------------------------------
-    def activation_checkpointing_enable(self, activation_checkpointing_kwargs: dict | None = None, **kwargs: Any) -> None:
+    def activation_checkpointing_enable(
+        self, activation_checkpointing_kwargs: dict | None = None, **kwargs: Any
+    ) -> None:
         if hasattr(self.base, "activation_checkpointing_enable"):
             self.base.activation_checkpointing_enable(activation_checkpointing_kwargs, **kwargs)
         else:  # older transformers
@@ -88,16 +98,23 @@ class D2LModel(nn.Module):
         """Apply `lora` (one per batch row, or one per packed segment with `token_index[b, t]`) until `reset()`."""
         set_lora(self.wrappers, lora, token_index)
 
-    def lora_from_ids(self, ctx_ids: torch.Tensor, ctx_mask: torch.Tensor,
-                      ctx_doc: torch.Tensor | None = None) -> GeneratedLoRA:
+    def lora_from_ids(
+        self, ctx_ids: torch.Tensor, ctx_mask: torch.Tensor, ctx_doc: torch.Tensor | None = None
+    ) -> GeneratedLoRA:
         """One LoRA per document from document chunks (rows of `ctx_ids`; `ctx_doc[c]`: chunk c's document)."""
         self.reset()  # the encoder shares the base's layers: encode with no LoRA applied
         feats = self.encoder(ctx_ids, ctx_mask)
         return self.hypernet(feats, ctx_mask, ctx_doc)
 
-    def forward(self, ctx_ids: torch.Tensor, ctx_mask: torch.Tensor, input_ids: torch.Tensor,
-                attention_mask: torch.Tensor, token_index: torch.Tensor | None = None,
-                ctx_doc: torch.Tensor | None = None) -> tuple[torch.Tensor, GeneratedLoRA]:
+    def forward(
+        self,
+        ctx_ids: torch.Tensor,
+        ctx_mask: torch.Tensor,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor,
+        token_index: torch.Tensor | None = None,
+        ctx_doc: torch.Tensor | None = None,
+    ) -> tuple[torch.Tensor, GeneratedLoRA]:
         """Final hidden states of the base with each row's generated LoRA applied, and the LoRA itself."""
         lora = self.lora_from_ids(ctx_ids, ctx_mask, ctx_doc)
         self.apply(lora, token_index)
@@ -127,8 +144,13 @@ class D2LModel(nn.Module):
         return self.lora_from_ids(*self.tokenize_docs(docs)).detach()
 
     @torch.no_grad()
-    def generate(self, prompt: str | Sequence[str], lora: GeneratedLoRA | None = None, max_new_tokens: int = 32,
-                 **gen_kwargs: Any) -> str | list[str]:
+    def generate(
+        self,
+        prompt: str | Sequence[str],
+        lora: GeneratedLoRA | None = None,
+        max_new_tokens: int = 32,
+        **gen_kwargs: Any,
+    ) -> str | list[str]:
         """Greedy chat completion(s) of the base model with `lora` applied (None: the bare base model)."""
         from posttrain.models.generation import generate
 
@@ -136,8 +158,9 @@ class D2LModel(nn.Module):
         convs = [[{"role": "user", "content": p}] for p in prompts]
         self.apply(lora)  # one LoRA per prompt: the whole list is one batch
         try:
-            answers, _ = generate(self.base, self.tokenizer, convs, max_new_tokens=max_new_tokens,
-                                  batch_size=len(convs), **gen_kwargs)
+            answers, _ = generate(
+                self.base, self.tokenizer, convs, max_new_tokens=max_new_tokens, batch_size=len(convs), **gen_kwargs
+            )
         finally:
             self.reset()
         return answers[0] if isinstance(prompt, str) else answers
@@ -173,13 +196,24 @@ def hypernet_spec(cfg: DictConfig, base: nn.Module) -> HypernetSpec:
     for _, (li, m, mod) in found.items():
         d = [int(mod.in_features), int(mod.out_features)]
         if dims.setdefault(m, d) != d:
-            raise ValueError(f"{m} has shape {d} in layer {li} but {dims[m]} elsewhere: one head per module needs one shape")
+            raise ValueError(
+                f"{m} has shape {d} in layer {li} but {dims[m]} elsewhere: one head per module needs one shape"
+            )
     return HypernetSpec(
-        hidden_size=int(base.config.hidden_size), layers=layers, modules=list(algo.target_modules), dims=dims,
-        rank=algo.rank, alpha=float(algo.alpha), per_rank_gen=algo.per_rank_gen,
-        per_layer_processing=algo.per_layer_processing, bias_lora_rank=algo.bias_lora_rank,
-        encoder_depth=encoder_depth(cfg), num_blocks=agg.num_blocks, latent_size=agg.latent_size,
-        num_heads=agg.num_heads, mlp_ratio=agg.mlp_ratio,
+        hidden_size=int(base.config.hidden_size),
+        layers=layers,
+        modules=list(algo.target_modules),
+        dims=dims,
+        rank=algo.rank,
+        alpha=float(algo.alpha),
+        per_rank_gen=algo.per_rank_gen,
+        per_layer_processing=algo.per_layer_processing,
+        bias_lora_rank=algo.bias_lora_rank,
+        encoder_depth=encoder_depth(cfg),
+        num_blocks=agg.num_blocks,
+        latent_size=agg.latent_size,
+        num_heads=agg.num_heads,
+        mlp_ratio=agg.mlp_ratio,
     )
 
 
@@ -192,8 +226,14 @@ def build_model(cfg: DictConfig) -> D2LModel:
     with torch.random.fork_rng():
         torch.manual_seed(cfg.seed)
         enc = cfg.algo.encoder
-        model = D2LModel(base, tokenizer, spec, share_encoder_weights=enc.share_weights,
-                         max_doc_length=enc.max_doc_length, max_chunks=enc.max_chunks)
+        model = D2LModel(
+            base,
+            tokenizer,
+            spec,
+            share_encoder_weights=enc.share_weights,
+            max_doc_length=enc.max_doc_length,
+            max_chunks=enc.max_chunks,
+        )
     return model
 
 

@@ -20,18 +20,20 @@ from posttrain.data.chat import IGNORE_INDEX
 
 
 @torch.no_grad()
-def teacher_topk(model: Any, rows: list[dict[str, Any]], k: int, temperature: float = 1.0,
-                 batch_size: int = 16) -> list[tuple[torch.Tensor, torch.Tensor]]:
+def teacher_topk(
+    model: Any, rows: list[dict[str, Any]], k: int, temperature: float = 1.0, batch_size: int = 16
+) -> list[tuple[torch.Tensor, torch.Tensor]]:
     """Per row: (indices [n_answer, k] int32, log-probs [n_answer, k] fp32) of the in-context base model."""
     model.reset()
     lm = model.base
     device = model.device
     out = []
     for i in range(0, len(rows), batch_size):
-        chunk = rows[i:i + batch_size]
+        chunk = rows[i : i + batch_size]
         batch = {k_: v.to(device) for k_, v in teacher_batch(chunk, model.tokenizer.pad_token_id).items()}
-        hidden = backbone_of(lm)(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
-                                 use_cache=False).last_hidden_state
+        hidden = backbone_of(lm)(
+            input_ids=batch["input_ids"], attention_mask=batch["attention_mask"], use_cache=False
+        ).last_hidden_state
         labels = batch["labels"][:, 1:]
         for b in range(len(chunk)):
             sel = labels[b] != IGNORE_INDEX
@@ -52,21 +54,38 @@ def _digest(obj: Any) -> str:
 def tokenizer_digest(tokenizer: Any) -> str:
     """Hash of what decides the teacher's tokens: the vocabulary (added tokens included), the special tokens and
     the chat template's source."""
-    return _digest({"vocab": tokenizer.get_vocab(), "special": tokenizer.special_tokens_map,
-                    "template": tokenizer.chat_template, "class": type(tokenizer).__name__})
+    return _digest(
+        {
+            "vocab": tokenizer.get_vocab(),
+            "special": tokenizer.special_tokens_map,
+            "template": tokenizer.chat_template,
+            "class": type(tokenizer).__name__,
+        }
+    )
 
 
-def teacher_cache_key(model: Any, rows: list[dict[str, Any]], k: int, temperature: float,
-                      key_parts: dict[str, Any]) -> str:
+def teacher_cache_key(
+    model: Any, rows: list[dict[str, Any]], k: int, temperature: float, key_parts: dict[str, Any]
+) -> str:
     """`key_parts` (the base model's identity) + the exact teacher inputs (document, question and answer as rendered
     by the chat template: a changed template, tokenizer, truncation or data set gives other ids) + the tokenizer."""
     inputs = _digest([[list(map(int, r["t_input_ids"])), list(map(int, r["t_labels"]))] for r in rows])
-    return cache_key({**key_parts, "k": k, "T": temperature, "n": len(rows), "inputs": inputs,
-                      "tokenizer": tokenizer_digest(model.tokenizer), "dtype": str(next(model.base.parameters()).dtype)})
+    return cache_key(
+        {
+            **key_parts,
+            "k": k,
+            "T": temperature,
+            "n": len(rows),
+            "inputs": inputs,
+            "tokenizer": tokenizer_digest(model.tokenizer),
+            "dtype": str(next(model.base.parameters()).dtype),
+        }
+    )
 
 
-def attach_teacher(model: Any, rows: list[dict[str, Any]], k: int, temperature: float, cache_dir: Path,
-                   key_parts: dict[str, Any]) -> Path:
+def attach_teacher(
+    model: Any, rows: list[dict[str, Any]], k: int, temperature: float, cache_dir: Path, key_parts: dict[str, Any]
+) -> Path:
     """Add `t_idx`/`t_logp` to every row, from `cache_dir/teacher_topk_<hash>.safetensors` or computed (then saved)."""
     path = Path(cache_dir) / f"teacher_topk_{teacher_cache_key(model, rows, k, temperature, key_parts)}.safetensors"
     if path.is_file():
@@ -80,8 +99,14 @@ def attach_teacher(model: Any, rows: list[dict[str, Any]], k: int, temperature: 
             offsets.append(offsets[-1] + i_.shape[0])
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_suffix(f".tmp{os.getpid()}")
-        save_file({"idx": torch.cat([p[0] for p in pairs]), "logp": torch.cat([p[1] for p in pairs]),
-                   "offsets": torch.tensor(offsets, dtype=torch.long)}, str(tmp))
+        save_file(
+            {
+                "idx": torch.cat([p[0] for p in pairs]),
+                "logp": torch.cat([p[1] for p in pairs]),
+                "offsets": torch.tensor(offsets, dtype=torch.long),
+            },
+            str(tmp),
+        )
         os.replace(tmp, path)  # a reader never sees half a file
     for row, (i_, lp) in zip(rows, pairs):
         row["t_idx"], row["t_logp"] = i_, lp

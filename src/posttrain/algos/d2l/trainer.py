@@ -24,8 +24,16 @@ from posttrain.guards import check_finite_loss
 
 
 class D2LTrainer(LossTermsMixin, AtomicCheckpointMixin, Trainer):
-    def __init__(self, *args: Any, ce_coef: float = 1.0, kl_coef: float = 0.0, l1_coef: float = 0.0,
-                 kl_temperature: float = 1.0, teacher: dict[str, Any] | None = None, **kwargs: Any):
+    def __init__(
+        self,
+        *args: Any,
+        ce_coef: float = 1.0,
+        kl_coef: float = 0.0,
+        l1_coef: float = 0.0,
+        kl_temperature: float = 1.0,
+        teacher: dict[str, Any] | None = None,
+        **kwargs: Any,
+    ):
         super().__init__(*args, **kwargs)
         self.coefs = {"ce_coef": ce_coef, "kl_coef": kl_coef, "l1_coef": l1_coef, "kl_temperature": kl_temperature}
         if teacher is not None:  # `attach_teacher` keyword arguments (k, temperature, cache_dir, key_parts)

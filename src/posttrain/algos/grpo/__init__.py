@@ -57,13 +57,21 @@ class GRPO(Algorithm):
         prompts = f"{gen / k:g}" if gen % k else str(gen // k)
         vllm = algo.generation.backend == "vllm"
         return Workload(
-            seqs=batch, seq_len=seq, logit_tokens=int(algo.max_completion_length) + 1,
+            seqs=batch,
+            seq_len=seq,
+            logit_tokens=int(algo.max_completion_length) + 1,
             note=f"{batch} completions/micro-batch; rollout {gen} = {prompts} prompts x {k} generations",
             train_mode="lora" if cfg.model.lora.enabled else "full",
-            loss_backend=cfg.kernels.backend, kernels_apply=True, batch_multiple=k,
-            gen_seqs=0 if vllm else gen, gen_len=seq, gen_prompt_len=int(algo.max_prompt_length),
+            loss_backend=cfg.kernels.backend,
+            kernels_apply=True,
+            batch_multiple=k,
+            gen_seqs=0 if vllm else gen,
+            gen_len=seq,
+            gen_prompt_len=int(algo.max_prompt_length),
             vllm_colocated=vllm and algo.generation.vllm_mode == "colocate",
-            memory_options=("algo.generation.vllm_mode=server",) if vllm and algo.generation.vllm_mode == "colocate" else (),
+            memory_options=("algo.generation.vllm_mode=server",)
+            if vllm and algo.generation.vllm_mode == "colocate"
+            else (),
             ref_copy=float(algo.beta) > 0 and not cfg.model.lora.enabled,
         )
 

@@ -83,9 +83,7 @@ def build_trainer(cfg: DictConfig, run_dir: Path, callbacks: list | None = None)
 
         heldout_before = heldout_accuracy(cfg, model, tokenizer, run_dir, "before")
     kl = cfg.algo.kl
-    controller = (
-        AdaptiveBeta(cfg.algo.beta, kl.target, kl.horizon, kl.beta_min, kl.beta_max) if kl.target else None
-    )
+    controller = AdaptiveBeta(cfg.algo.beta, kl.target, kl.horizon, kl.beta_min, kl.beta_max) if kl.target else None
     trainer = PosttrainGRPOTrainer(
         model=model,
         reward_funcs=funcs,

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Optional
 
 from omegaconf import DictConfig
 
@@ -16,8 +15,8 @@ class KLConfig:
     estimator: str = "k3"  # k1 | k2 | k3 (TRL's loss has k3 only; k1/k2 need kernels=<backend>)
     # KL term times the importance ratio (TRL's use_bias_correction_kl and its default; DeepSeek-V3.2), every backend
     bias_correction: bool = KL_BIAS_CORRECTION
-    target: Optional[float] = None  # adaptive beta toward this per-token KL; null: fixed beta
-    horizon: Optional[int] = None  # steps; null: proportional rule (posttrain.algos.grpo.kl_control)
+    target: float | None = None  # adaptive beta toward this per-token KL; null: fixed beta
+    horizon: int | None = None  # steps; null: proportional rule (posttrain.algos.grpo.kl_control)
     beta_min: float = 1e-6
     beta_max: float = 10.0
 
@@ -40,7 +39,7 @@ class GRPOAlgoConfig:
     loss_type: str = "grpo"  # grpo | bnpo | dr_grpo | dapo
     beta: float = 0.04  # KL coefficient (0: no reference model)
     epsilon: float = 0.2
-    epsilon_high: Optional[float] = None
+    epsilon_high: float | None = None
     scale_rewards: str = "group"  # group | batch | none
     importance_sampling_level: str = "token"  # token | sequence
     num_iterations: int = 1

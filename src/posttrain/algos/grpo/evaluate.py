@@ -53,9 +53,17 @@ def score(cfg: DictConfig, model: Any, tokenizer: Any, n_prompts: int, samples: 
     totals["reward"] = []
     for row in ds:
         prompt = row["prompt"]
-        texts, ids = generate(model, tokenizer, [prompt], max_new_tokens=cfg.algo.max_completion_length,
-                              num_return_sequences=samples, do_sample=True, temperature=gen.temperature,
-                              top_p=gen.top_p, top_k=gen.top_k or None)
+        texts, ids = generate(
+            model,
+            tokenizer,
+            [prompt],
+            max_new_tokens=cfg.algo.max_completion_length,
+            num_return_sequences=samples,
+            do_sample=True,
+            temperature=gen.temperature,
+            top_p=gen.top_p,
+            top_k=gen.top_k or None,
+        )
         completions: list[Any] = texts
         if isinstance(prompt, list):
             completions = [[{"role": "assistant", "content": c}] for c in texts]
@@ -77,8 +85,12 @@ def evaluate(cfg: DictConfig, run_dir: Path, checkpoint: Path | None) -> dict[st
         load_trained_weights(model, checkpoint)
     model.to(device_for(cfg))
     n = cfg.data.num_eval or 32
-    summary: dict[str, Any] = {"algo": "grpo", "mode": "eval", "checkpoint": str(checkpoint) if checkpoint else None,
-                               "eval_prompts": n}
+    summary: dict[str, Any] = {
+        "algo": "grpo",
+        "mode": "eval",
+        "checkpoint": str(checkpoint) if checkpoint else None,
+        "eval_prompts": n,
+    }
     summary.update(score(cfg, model, tokenizer, n))
     if cfg.data.heldout:
         from posttrain.algos.grpo.heldout import heldout_accuracy

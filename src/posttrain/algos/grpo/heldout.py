@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from omegaconf import DictConfig, OmegaConf, open_dict
 
@@ -41,8 +42,13 @@ def heldout_accuracy(cfg: DictConfig, model: Any, tokenizer: Any, run_dir: Path 
     ds = build_grpo_dataset(data_cfg, tokenizer, cfg.algo.max_prompt_length)
     checker = heldout_checker(cfg.data)
     start = time.time()
-    completions, _ = generate(model, tokenizer, list(ds["prompt"]), max_new_tokens=cfg.algo.max_completion_length,
-                              batch_size=cfg.data.heldout_batch_size)
+    completions, _ = generate(
+        model,
+        tokenizer,
+        list(ds["prompt"]),
+        max_new_tokens=cfg.algo.max_completion_length,
+        batch_size=cfg.data.heldout_batch_size,
+    )
     columns = {k: list(ds[k]) for k in ds.column_names if k != "prompt"}
     correct = checker(list(ds["prompt"]), completions, **columns)
     seconds = time.time() - start

@@ -17,7 +17,8 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
-from typing import Any, Callable, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 BINS = 5
 
@@ -60,8 +61,7 @@ def bucket(value: float, edges: Sequence[float]) -> int:
 class RewardHistogram:
     """Rewards of one mode (train or eval) since the last `flush`, by constraint type."""
 
-    def __init__(self, value_range: tuple[float, float] | None = None, prefix: str = "reward_hist",
-                 bins: int = BINS):
+    def __init__(self, value_range: tuple[float, float] | None = None, prefix: str = "reward_hist", bins: int = BINS):
         self.value_range = value_range
         self.prefix = prefix
         self.bins = bins

@@ -18,12 +18,13 @@ from __future__ import annotations
 
 import logging
 import math
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import torch
 from accelerate.utils import gather_object
-from transformers import TrainerCallback
 from torch.distributed.tensor import DTensor
+from transformers import TrainerCallback
 from trl import GRPOTrainer
 from trl.models.utils import _ForwardRedirection
 
@@ -48,8 +49,15 @@ from posttrain.kernels import (
 
 
 class PosttrainGRPOTrainer(AtomicCheckpointMixin, GRPOTrainer):
-    def __init__(self, *args, kernel_backend: str = "trl", kl_estimator: str = "k3",
-                 kl_controller: AdaptiveBeta | None = None, reward_hist_default: str = "all", **kwargs):
+    def __init__(
+        self,
+        *args,
+        kernel_backend: str = "trl",
+        kl_estimator: str = "k3",
+        kl_controller: AdaptiveBeta | None = None,
+        reward_hist_default: str = "all",
+        **kwargs,
+    ):
         super().__init__(*args, **kwargs)
         for model in (self.model, self.ref_model):  # every forward at the positions generation used
             if model is not None:
@@ -60,8 +68,10 @@ class PosttrainGRPOTrainer(AtomicCheckpointMixin, GRPOTrainer):
         self.kl_controller = kl_controller
         self.reward_hist_default = reward_hist_default
         value_range = total_range(self.reward_funcs, self.reward_weights.tolist())
-        self.reward_hist = {"train": RewardHistogram(value_range, "reward_hist"),
-                            "eval": RewardHistogram(value_range, "eval_reward_hist")}
+        self.reward_hist = {
+            "train": RewardHistogram(value_range, "reward_hist"),
+            "eval": RewardHistogram(value_range, "eval_reward_hist"),
+        }
         self._step_beta = self.beta  # the beta the current optimizer step's loss uses, logged with that step
         self._step_kls_from = 0  # where the current step's entries start in `_metrics["train"]["kl"]`
         self.add_callback(_AfterOptimizerStep(self._after_optimizer_step))
@@ -82,13 +92,33 @@ class PosttrainGRPOTrainer(AtomicCheckpointMixin, GRPOTrainer):
         check_finite_loss(loss, self.state.global_step + 1)
         return loss
 
-    def _get_per_token_logps_and_entropies(self, model, input_ids, attention_mask, logits_to_keep, batch_size=None,
-                                           compute_entropy=False, compute_aux_loss=False, **extra):
-        if getattr(self, "kernel_backend", "trl") in ("trl", "liger") or compute_entropy or compute_aux_loss or any(
-                v is not None for v in extra.values()):
+    def _get_per_token_logps_and_entropies(
+        self,
+        model,
+        input_ids,
+        attention_mask,
+        logits_to_keep,
+        batch_size=None,
+        compute_entropy=False,
+        compute_aux_loss=False,
+        **extra,
+    ):
+        if (
+            getattr(self, "kernel_backend", "trl") in ("trl", "liger")
+            or compute_entropy
+            or compute_aux_loss
+            or any(v is not None for v in extra.values())
+        ):
             out = super()._get_per_token_logps_and_entropies(
-                model, input_ids, attention_mask, logits_to_keep, batch_size=batch_size,
-                compute_entropy=compute_entropy, compute_aux_loss=compute_aux_loss, **extra)
+                model,
+                input_ids,
+                attention_mask,
+                logits_to_keep,
+                batch_size=batch_size,
+                compute_entropy=compute_entropy,
+                compute_aux_loss=compute_aux_loss,
+                **extra,
+            )
             if getattr(self, "_capture_policy_logps", False):  # TRL's policy pass in `_compute_loss`: for kl_p95
                 self._policy_logps = out[0].detach()
             return out
@@ -96,8 +126,16 @@ class PosttrainGRPOTrainer(AtomicCheckpointMixin, GRPOTrainer):
         # an unchanged policy has ratio exactly 1, and a LoRA policy still at its reference exactly zero KL and KL
         # gradient (not rounding noise between two kernels). Through the wrapper's forward, like the policy's.
         unwrapped = self.accelerator.unwrap_model(model)
-        logps = self._forward_redirection(model, unwrapped, self._score_completions, unwrapped, input_ids,
-                                          attention_mask, logits_to_keep, batch_size or input_ids.size(0))
+        logps = self._forward_redirection(
+            model,
+            unwrapped,
+            self._score_completions,
+            unwrapped,
+            input_ids,
+            attention_mask,
+            logits_to_keep,
+            batch_size or input_ids.size(0),
+        )
         return logps, None, None
 
     def _score_completions(self, unwrapped, input_ids, attention_mask, t: int, batch_size: int) -> torch.Tensor:
@@ -108,13 +146,24 @@ class PosttrainGRPOTrainer(AtomicCheckpointMixin, GRPOTrainer):
         out = []
         for s in range(0, input_ids.size(0), batch_size):
             ids, mask = input_ids[s : s + batch_size], attention_mask[s : s + batch_size]
-            rows = {"prompt_ids": ids[:, :-t], "prompt_mask": mask[:, :-t], "completion_ids": ids[:, -t:],
-                    "completion_mask": mask[:, -t:]}
+            rows = {
+                "prompt_ids": ids[:, :-t],
+                "prompt_mask": mask[:, :-t],
+                "completion_ids": ids[:, -t:],
+                "completion_mask": mask[:, -t:],
+            }
             hidden, _ = self._completion_hidden(lm, rows, aux=False)
             with lm_head_gathered(weight):
-                out.append(completion_logps(hidden.to(weight.device), weight, rows["completion_ids"],
-                                            rows["completion_mask"], backend=self.kernel_backend,
-                                            temperature=self.temperature))
+                out.append(
+                    completion_logps(
+                        hidden.to(weight.device),
+                        weight,
+                        rows["completion_ids"],
+                        rows["completion_mask"],
+                        backend=self.kernel_backend,
+                        temperature=self.temperature,
+                    )
+                )
         return torch.cat(out)
 
     def _record_trl_kl(self, inputs: dict[str, Any]) -> None:
@@ -124,10 +173,15 @@ class PosttrainGRPOTrainer(AtomicCheckpointMixin, GRPOTrainer):
             self._metrics[mode]["kl"].append(math.nan)
             self._metrics[mode]["kl_p95"].append(math.nan)
             return
-        kl = kl_per_token(self._policy_logps, inputs["ref_per_token_logps"], inputs["completion_mask"],
-                          inputs.get("old_per_token_logps"), kl_estimator="k3",
-                          kl_bias_correction=self.args.use_bias_correction_kl,
-                          importance_sampling_level=self.importance_sampling_level)
+        kl = kl_per_token(
+            self._policy_logps,
+            inputs["ref_per_token_logps"],
+            inputs["completion_mask"],
+            inputs.get("old_per_token_logps"),
+            kl_estimator="k3",
+            kl_bias_correction=self.args.use_bias_correction_kl,
+            importance_sampling_level=self.importance_sampling_level,
+        )
         self._metrics[mode]["kl_p95"].append(global_p95(self.accelerator, kl, inputs["completion_mask"]))
 
     def _record_kl(self, mode: str, kl: torch.Tensor | None, mask: torch.Tensor) -> None:
@@ -144,8 +198,7 @@ class PosttrainGRPOTrainer(AtomicCheckpointMixin, GRPOTrainer):
         # Through the wrapper's forward (as TRL's distillation trainer does): DDP then all-reduces the gradients,
         # FSDP and DeepSpeed gather what they shard. Collectives for the metrics run after it, outside.
         unwrapped = self.accelerator.unwrap_model(model)
-        loss, stats, kl, aux_loss = self._forward_redirection(model, unwrapped, self._kernel_forward, unwrapped,
-                                                              inputs)
+        loss, stats, kl, aux_loss = self._forward_redirection(model, unwrapped, self._kernel_forward, unwrapped, inputs)
         mask = inputs["completion_mask"]
         mode = "train" if self.model.training else "eval"
         accum = self.current_gradient_accumulation_steps if mode == "train" else 1.0
@@ -171,8 +224,9 @@ class PosttrainGRPOTrainer(AtomicCheckpointMixin, GRPOTrainer):
                 self._metrics[mode][f"clip_ratio/{name}"].append((totals[0] / totals[1].clamp(min=1.0)).item())
         return loss
 
-    def _completion_hidden(self, lm, inputs: dict[str, Any],
-                           aux: bool = True) -> tuple[torch.Tensor, torch.Tensor | None]:
+    def _completion_hidden(
+        self, lm, inputs: dict[str, Any], aux: bool = True
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """Final-norm hidden states [B, T, H] at the positions predicting the completion, and the router aux loss
         (None unless asked and TRL enabled it: an MoE config with `router_aux_loss_coef != 0`)."""
         input_ids = torch.cat([inputs["prompt_ids"], inputs["completion_ids"]], dim=1)
@@ -201,18 +255,37 @@ class PosttrainGRPOTrainer(AtomicCheckpointMixin, GRPOTrainer):
             vllm_is = inputs["importance_sampling_ratio"]
         with lm_head_gathered(weight):  # ZeRO-3: the head is read directly, so gather it (TRL's helper)
             loss, stats, logps = grpo_loss(
-                hidden.to(weight.device), weight, completion_ids, mask, inputs["advantages"], old_logps=old,
-                ref_logps=ref, backend=self.kernel_backend, beta=self.beta, epsilon_low=self.epsilon_low,
-                epsilon_high=self.epsilon_high, loss_type=self.loss_type, kl_estimator=self.kl_estimator,
-                importance_sampling_level=self.importance_sampling_level, temperature=self.temperature,
+                hidden.to(weight.device),
+                weight,
+                completion_ids,
+                mask,
+                inputs["advantages"],
+                old_logps=old,
+                ref_logps=ref,
+                backend=self.kernel_backend,
+                beta=self.beta,
+                epsilon_low=self.epsilon_low,
+                epsilon_high=self.epsilon_high,
+                loss_type=self.loss_type,
+                kl_estimator=self.kl_estimator,
+                importance_sampling_level=self.importance_sampling_level,
+                temperature=self.temperature,
                 max_completion_length=self.max_completion_length,
-                kl_bias_correction=self.args.use_bias_correction_kl, vllm_is_ratio=vllm_is, return_logps=True,
+                kl_bias_correction=self.args.use_bias_correction_kl,
+                vllm_is_ratio=vllm_is,
+                return_logps=True,
             )
         kl = None
         if ref is not None and self.beta != 0.0:
-            kl = kl_per_token(logps, ref, mask, old, kl_estimator=self.kl_estimator,
-                              kl_bias_correction=self.args.use_bias_correction_kl,
-                              importance_sampling_level=self.importance_sampling_level)
+            kl = kl_per_token(
+                logps,
+                ref,
+                mask,
+                old,
+                kl_estimator=self.kl_estimator,
+                kl_bias_correction=self.args.use_bias_correction_kl,
+                importance_sampling_level=self.importance_sampling_level,
+            )
         return loss, stats, kl, aux_loss
 
     def _generate_and_score_completions(self, inputs):
@@ -253,8 +326,9 @@ class PosttrainGRPOTrainer(AtomicCheckpointMixin, GRPOTrainer):
         mean = sum(valid) / len(valid) if valid else math.nan
         if self.accelerator.num_processes == 1:
             return mean
-        local = torch.tensor([mean if valid else 0.0, float(bool(valid))], dtype=torch.float64,
-                             device=self.accelerator.device)
+        local = torch.tensor(
+            [mean if valid else 0.0, float(bool(valid))], dtype=torch.float64, device=self.accelerator.device
+        )
         total, count = self.accelerator.reduce(local, reduction="sum").tolist()
         return total / count if count else math.nan
 
@@ -268,7 +342,8 @@ class PosttrainGRPOTrainer(AtomicCheckpointMixin, GRPOTrainer):
         saved = self.state.stateful_callbacks.get(AdaptiveBeta.__name__)
         if saved is None:
             logging.getLogger(__name__).warning(
-                "the checkpoint holds no adaptive-beta state: beta restarts at algo.beta=%g", self.kl_controller.beta)
+                "the checkpoint holds no adaptive-beta state: beta restarts at algo.beta=%g", self.kl_controller.beta
+            )
         else:
             self.kl_controller.beta = float(saved["args"]["beta"])
         self.beta = self._step_beta = self.kl_controller.beta

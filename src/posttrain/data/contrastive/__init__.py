@@ -13,8 +13,16 @@ from posttrain.data.contrastive.templates import ATTACK_TYPES, TASK_KINDS
 from posttrain.errors import DataError
 
 __all__ = [
-    "ROLES", "TripletCollator", "TripletDataset", "build_triplets", "generate_triplets", "load_triplets",
-    "pad_rows", "user_message", "validate_row", "write_jsonl",
+    "ROLES",
+    "TripletCollator",
+    "TripletDataset",
+    "build_triplets",
+    "generate_triplets",
+    "load_triplets",
+    "pad_rows",
+    "user_message",
+    "validate_row",
+    "write_jsonl",
 ]
 
 
@@ -28,8 +36,10 @@ def build_triplets(data_cfg: DictConfig, split: str) -> list[dict[str, Any]]:
     `data.params.train_templates=all` (the deliberately vulnerable 'before' model of the experiment)."""
     train_templates = _param(data_cfg, "train_templates", "train")
     if data_cfg.source == "generator":
-        kw = dict(task_kinds=_param(data_cfg, "task_kinds", list(TASK_KINDS)),
-                  attack_types=_param(data_cfg, "attack_types", list(ATTACK_TYPES)))
+        kw = dict(
+            task_kinds=_param(data_cfg, "task_kinds", list(TASK_KINDS)),
+            attack_types=_param(data_cfg, "attack_types", list(ATTACK_TYPES)),
+        )
         if split == "train":
             rows = generate_triplets(data_cfg.num_train, data_cfg.seed, train_templates, **kw)
         else:  # eval: fresh examples over every template, train and held-out

@@ -12,7 +12,8 @@ Batch layout (what the model sees in its single forward): rows [0, B) benign, [B
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import torch
 from torch.utils.data import Dataset
@@ -52,7 +53,9 @@ def encode_member(tokenizer: Any, request: str, data: str, answer: str, max_leng
     return {**enc, "pool_mask": pool_mask}
 
 
-def pad_rows(rows: Sequence[dict[str, Sequence[int]]], pad_id: int, length: int | None = None) -> dict[str, torch.Tensor]:
+def pad_rows(
+    rows: Sequence[dict[str, Sequence[int]]], pad_id: int, length: int | None = None
+) -> dict[str, torch.Tensor]:
     """Right-pad `rows` (dicts of int lists with FIELDS) to `length` (default: the longest) into tensors."""
     longest = max(len(r["input_ids"]) for r in rows)
     length = longest if length is None else length
@@ -68,8 +71,15 @@ def pad_rows(rows: Sequence[dict[str, Sequence[int]]], pad_id: int, length: int 
 class TripletDataset(Dataset):
     """Tokenized triplets: item = {role: {FIELDS...}} for benign / counterfactual / injected (+ `meta`)."""
 
-    def __init__(self, rows: list[dict[str, Any]], tokenizer: Any, max_length: int, pool: str = "prompt",
-                 injected_target: str = "answer", pad_to_max_length: bool = False):
+    def __init__(
+        self,
+        rows: list[dict[str, Any]],
+        tokenizer: Any,
+        max_length: int,
+        pool: str = "prompt",
+        injected_target: str = "answer",
+        pad_to_max_length: bool = False,
+    ):
         if injected_target not in ("answer", "witness"):
             raise DataError(f"data.params.injected_target={injected_target!r} is not one of answer, witness")
         pad_id = tokenizer.pad_token_id
@@ -79,8 +89,9 @@ class TripletDataset(Dataset):
             item = {}
             for role in ROLES:
                 m = row[role]
-                enc = encode_member(tokenizer, m["request"], m["data"], target_of(row, role, injected_target),
-                                    max_length, pool)
+                enc = encode_member(
+                    tokenizer, m["request"], m["data"], target_of(row, role, injected_target), max_length, pool
+                )
                 if pad_to_max_length:  # the collator's rule, applied early
                     enc = {k: v[0].tolist() for k, v in pad_rows([enc], pad_id, max_length).items()}
                 item[role] = enc

@@ -13,8 +13,9 @@ from __future__ import annotations
 import argparse
 import json
 import random
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 from posttrain.data.contrastive.schema import validate_row
 from posttrain.data.contrastive.templates import ATTACK_TYPES, TASK_KINDS, TASKS, WITNESS_WORDS, templates

@@ -14,8 +14,17 @@ from posttrain.data.d2l.squad import load_squad
 from posttrain.data.d2l.synthetic import ATTRIBUTES, synthetic_documents, synthetic_qa
 from posttrain.errors import DataError
 
-__all__ = ["ATTRIBUTES", "chunks_of", "d2l_records", "featurize", "in_context_prompt", "load_squad",
-           "synthetic_documents", "synthetic_qa", "visible_document"]
+__all__ = [
+    "ATTRIBUTES",
+    "chunks_of",
+    "d2l_records",
+    "featurize",
+    "in_context_prompt",
+    "load_squad",
+    "synthetic_documents",
+    "synthetic_qa",
+    "visible_document",
+]
 
 
 def _split_by_doc(records: list[dict[str, Any]], num_train: int, num_eval: int) -> tuple[list, list]:
@@ -23,7 +32,7 @@ def _split_by_doc(records: list[dict[str, Any]], num_train: int, num_eval: int) 
     doc_ids = sorted({r["doc_id"] for r in records})
     if len(doc_ids) < num_eval + 1:
         raise DataError(f"only {len(doc_ids)} documents: cannot hold out {num_eval} and still train")
-    held = set(doc_ids[len(doc_ids) - num_eval:]) if num_eval else set()
+    held = set(doc_ids[len(doc_ids) - num_eval :]) if num_eval else set()
     train_ids = set([d for d in doc_ids if d not in held][:num_train])
     return [r for r in records if r["doc_id"] in train_ids], [r for r in records if r["doc_id"] in held]
 
@@ -38,12 +47,14 @@ def d2l_records(data_cfg: DictConfig) -> tuple[list[dict[str, Any]], list[dict[s
         held = synthetic_qa(data_cfg.num_eval, seed=data_cfg.seed, held_out=True, **params)
         return train, held
     if not data_cfg.path:
-        raise DataError(f"data.source={data_cfg.source} needs data.path (a file, or a hub name such as rajpurkar/squad)")
+        raise DataError(
+            f"data.source={data_cfg.source} needs data.path (a file, or a hub name such as rajpurkar/squad)"
+        )
     eval_split = params.get("eval_split")
     if eval_split:  # separate hub split for held-out documents
         train = _split_by_doc(load_squad(data_cfg.path, data_cfg.split), data_cfg.num_train, 0)[0]
         held_all = load_squad(data_cfg.path, eval_split)
-        return train, _split_by_doc(held_all, 0, min(data_cfg.num_eval, len({r['doc_id'] for r in held_all}) - 1))[1]
+        return train, _split_by_doc(held_all, 0, min(data_cfg.num_eval, len({r["doc_id"] for r in held_all}) - 1))[1]
     return _split_by_doc(load_squad(data_cfg.path, data_cfg.split), data_cfg.num_train, data_cfg.num_eval)
 
 
@@ -67,11 +78,12 @@ def visible_document(document: str, tokenizer: Any, max_doc_length: int, max_chu
 
 def chunks_of(ids: list[int], max_doc_length: int) -> list[list[int]]:
     """The encoder's chunks of a visible document: consecutive runs of at most `max_doc_length` tokens."""
-    return [ids[i:i + max_doc_length] for i in range(0, len(ids), max_doc_length)]
+    return [ids[i : i + max_doc_length] for i in range(0, len(ids), max_doc_length)]
 
 
-def featurize(record: dict[str, Any], tokenizer: Any, max_length: int, max_doc_length: int,
-              max_chunks: int = 1) -> dict[str, Any]:
+def featurize(
+    record: dict[str, Any], tokenizer: Any, max_length: int, max_doc_length: int, max_chunks: int = 1
+) -> dict[str, Any]:
     """Token ids for one record: the visible document `ctx_ids` and its `ctx_chunks` (of at most `max_doc_length`
     tokens each, at most `max_chunks`), student `input_ids/labels`, teacher `t_input_ids/t_labels` (the teacher
     reads exactly the visible document)."""
@@ -92,7 +104,15 @@ def featurize(record: dict[str, Any], tokenizer: Any, max_length: int, max_doc_l
     n_s = sum(t != IGNORE_INDEX for t in student["labels"])
     n_t = sum(t != IGNORE_INDEX for t in teacher["labels"])
     if n_s != n_t:
-        raise DataError(f"answer of {record['question']!r} truncated differently with and without the document "
-                        f"({n_s} vs {n_t} tokens): raise algo.max_length")
-    return {"ctx_ids": ctx, "ctx_chunks": chunks_of(ctx, max_doc_length), "input_ids": student["input_ids"], "labels": student["labels"],
-            "t_input_ids": teacher["input_ids"], "t_labels": teacher["labels"]}
+        raise DataError(
+            f"answer of {record['question']!r} truncated differently with and without the document "
+            f"({n_s} vs {n_t} tokens): raise algo.max_length"
+        )
+    return {
+        "ctx_ids": ctx,
+        "ctx_chunks": chunks_of(ctx, max_doc_length),
+        "input_ids": student["input_ids"],
+        "labels": student["labels"],
+        "t_input_ids": teacher["input_ids"],
+        "t_labels": teacher["labels"],
+    }

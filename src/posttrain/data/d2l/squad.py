@@ -7,8 +7,9 @@ record per line (`context`, `question`, `answers` as a dict with `text`, a list,
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
 
 from posttrain.data.jsonl import read_json, read_jsonl
 from posttrain.errors import DataError
@@ -31,7 +32,9 @@ def _flat(rows: Iterable[dict[str, Any]], where: str) -> list[dict[str, Any]]:
     for i, row in enumerate(rows):
         missing = [k for k in ("context", "question", "answers") if k not in row]
         if missing:
-            raise DataError(f"{where}: record {i} lacks {', '.join(missing)} (SQuAD schema: context, question, answers)")
+            raise DataError(
+                f"{where}: record {i} lacks {', '.join(missing)} (SQuAD schema: context, question, answers)"
+            )
         answer = _answer(row["answers"])
         if answer is None:
             continue
@@ -63,7 +66,9 @@ def load_squad(path: str, split: str = "train", limit: int | None = None) -> lis
 
             ds = datasets.load_dataset(path, split=split)
         except Exception as ex:  # no hub, unknown name
-            raise DataError(f"cannot load SQuAD-style set {path!r} (split {split}): {type(ex).__name__}: {ex}") from None
+            raise DataError(
+                f"cannot load SQuAD-style set {path!r} (split {split}): {type(ex).__name__}: {ex}"
+            ) from None
         records = _flat(ds, path)
     if not records:
         raise DataError(f"{path}: no answerable QA records")

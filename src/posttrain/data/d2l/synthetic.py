@@ -13,16 +13,23 @@ from typing import Any
 
 # attribute -> (sentence template, question template, values)
 ATTRIBUTES: dict[str, tuple[str, str, tuple[str, ...]]] = {
-    "city": ("{e} lives in {v}.", "Where does {e} live?",
-             ("Oslo", "Rome", "Lima", "Kyiv", "Baku", "Riga", "Doha", "Pune")),
-    "color": ("{e} likes {v}.", "What color does {e} like?",
-              ("red", "blue", "green", "gold", "pink", "gray", "teal", "plum")),
-    "pet": ("{e} owns a {v}.", "What pet does {e} own?",
-            ("cat", "dog", "owl", "fox", "yak", "eel", "bat", "cow")),
-    "food": ("{e} eats {v}.", "What does {e} eat?",
-             ("rice", "kale", "figs", "corn", "lime", "soup", "eggs", "nuts")),
-    "job": ("{e} works as a {v}.", "What is {e}'s job?",
-            ("baker", "pilot", "nurse", "judge", "miner", "clerk", "tutor", "poet")),
+    "city": (
+        "{e} lives in {v}.",
+        "Where does {e} live?",
+        ("Oslo", "Rome", "Lima", "Kyiv", "Baku", "Riga", "Doha", "Pune"),
+    ),
+    "color": (
+        "{e} likes {v}.",
+        "What color does {e} like?",
+        ("red", "blue", "green", "gold", "pink", "gray", "teal", "plum"),
+    ),
+    "pet": ("{e} owns a {v}.", "What pet does {e} own?", ("cat", "dog", "owl", "fox", "yak", "eel", "bat", "cow")),
+    "food": ("{e} eats {v}.", "What does {e} eat?", ("rice", "kale", "figs", "corn", "lime", "soup", "eggs", "nuts")),
+    "job": (
+        "{e} works as a {v}.",
+        "What is {e}'s job?",
+        ("baker", "pilot", "nurse", "judge", "miner", "clerk", "tutor", "poet"),
+    ),
 }
 _ONSETS = ("b", "d", "f", "g", "k", "l", "m", "n", "p", "r", "s", "t", "v", "z")
 _VOWELS = ("a", "e", "i", "o", "u")
@@ -44,8 +51,9 @@ def make_document(rng: random.Random, attributes: list[str], held_out: bool) -> 
     return {"entity": entity, "document": doc, "qas": qas, "facts": facts}
 
 
-def synthetic_documents(num_docs: int, seed: int = 0, held_out: bool = False, num_attributes: int = 2,
-                        attributes: list[str] | None = None) -> list[dict[str, Any]]:
+def synthetic_documents(
+    num_docs: int, seed: int = 0, held_out: bool = False, num_attributes: int = 2, attributes: list[str] | None = None
+) -> list[dict[str, Any]]:
     """`num_docs` documents, each with `num_attributes` attributes drawn from `attributes` (default: all)."""
     pool = list(attributes or ATTRIBUTES)
     unknown = [a for a in pool if a not in ATTRIBUTES]

@@ -17,6 +17,11 @@ from posttrain.data.rlvr.ifeval_gen import generate_ifeval
 from posttrain.data.rlvr.loaders import load_gsm8k, load_ifeval, load_rlvr, load_rlvr_ifeval
 
 __all__ = [
-    "generate_addition", "generate_arithmetic", "generate_ifeval", "load_gsm8k", "load_ifeval", "load_rlvr",
+    "generate_addition",
+    "generate_arithmetic",
+    "generate_ifeval",
+    "load_gsm8k",
+    "load_ifeval",
+    "load_rlvr",
     "load_rlvr_ifeval",
 ]

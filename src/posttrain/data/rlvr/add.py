@@ -15,7 +15,7 @@ from datasets import Dataset
 
 from posttrain.data.rlvr.schema import as_prompt, math_features
 
-__all__ = ["generate_addition", "problem_space", "DEFAULT_TEMPLATE"]
+__all__ = ["DEFAULT_TEMPLATE", "generate_addition", "problem_space"]
 
 DEFAULT_TEMPLATE = "What is {a} {op} {b}? Answer with just the number."
 MAX_SPACE = 2_000_000

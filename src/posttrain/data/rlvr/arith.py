@@ -14,7 +14,7 @@ from datasets import Dataset
 
 from posttrain.data.rlvr.schema import as_prompt, math_features
 
-__all__ = ["generate_arithmetic", "make_problem", "DEFAULT_SUFFIX"]
+__all__ = ["DEFAULT_SUFFIX", "generate_arithmetic", "make_problem"]
 
 NAMES = ["Ava", "Ben", "Chloe", "Dev", "Elena", "Farid", "Grace", "Hiro", "Ines", "Jonas", "Kemi", "Liam"]
 ITEMS = ["apple", "marble", "sticker", "pencil", "cookie", "stamp", "shell", "book", "card", "button"]
@@ -50,8 +50,10 @@ def make_problem(rng: random.Random, max_steps: int = 3, max_value: int = 50) ->
     if rng.random() < 0.25:  # money variant
         price, count = rng.randint(1, 9), rng.randint(1, 9)
         money = price * count + rng.randint(0, max_value)
-        return (f"{name} has ${money}. Each {item} costs ${price}. {name} buys {count} {item}s. "
-                f"How many dollars does {name} have left?"), money - price * count
+        return (
+            f"{name} has ${money}. Each {item} costs ${price}. {name} buys {count} {item}s. "
+            f"How many dollars does {name} have left?"
+        ), money - price * count
     value = rng.randint(1, max_value)
     sentences = [f"{name} has {value} {item}s."]
     for _ in range(rng.randint(1, max_steps)):

@@ -17,7 +17,7 @@ from datasets import Dataset
 
 from posttrain.data.rlvr.schema import as_prompt, ifeval_features, normalize_kwargs
 
-__all__ = ["IFEVAL_GEN_IDS", "generate_ifeval", "describe"]
+__all__ = ["IFEVAL_GEN_IDS", "describe", "generate_ifeval"]
 
 TASKS = [
     "Write a short story about a lighthouse keeper who finds a message in a bottle.",
@@ -41,10 +41,34 @@ TASKS = [
     "Explain what photosynthesis is.",
     "Write a dialogue between a cat and a dog about breakfast.",
 ]
-WORDS = ["river", "garden", "window", "coffee", "planet", "music", "winter", "bridge", "market", "candle",
-         "forest", "engine", "letter", "mirror", "harbor", "lantern", "meadow", "puzzle", "ticket", "valley"]
+WORDS = [
+    "river",
+    "garden",
+    "window",
+    "coffee",
+    "planet",
+    "music",
+    "winter",
+    "bridge",
+    "market",
+    "candle",
+    "forest",
+    "engine",
+    "letter",
+    "mirror",
+    "harbor",
+    "lantern",
+    "meadow",
+    "puzzle",
+    "ticket",
+    "valley",
+]
 LANGUAGES = {"en": "English", "es": "Spanish", "fr": "French", "de": "German", "it": "Italian", "pt": "Portuguese"}
-END_PHRASES = ["Any other questions?", "Is there anything else I can help with?", "Let me know if you have additional questions."]
+END_PHRASES = [
+    "Any other questions?",
+    "Is there anything else I can help with?",
+    "Let me know if you have additional questions.",
+]
 RELATIONS = ("less than", "at least")
 
 
@@ -54,7 +78,10 @@ def _rel(rng: random.Random) -> str:
 
 # id -> (kwargs sampler, description template)
 SPECS: dict[str, tuple[Any, str]] = {
-    "keywords:existence": (lambda r: {"keywords": sorted(r.sample(WORDS, 2))}, "Include keywords {keywords} in the response."),
+    "keywords:existence": (
+        lambda r: {"keywords": sorted(r.sample(WORDS, 2))},
+        "Include keywords {keywords} in the response.",
+    ),
     "keywords:frequency": (
         lambda r: {"keyword": r.choice(WORDS), "frequency": r.randint(1, 3), "relation": _rel(r)},
         "In your response, the word {keyword} should appear {relation} {frequency} times.",
@@ -64,7 +91,11 @@ SPECS: dict[str, tuple[Any, str]] = {
         "Do not include keywords {forbidden_words} in the response.",
     ),
     "keywords:letter_frequency": (
-        lambda r: {"letter": r.choice("abcdefghilmnoprstuw"), "let_frequency": r.randint(1, 10), "let_relation": _rel(r)},
+        lambda r: {
+            "letter": r.choice("abcdefghilmnoprstuw"),
+            "let_frequency": r.randint(1, 10),
+            "let_relation": _rel(r),
+        },
         "In your response, the letter {letter} should appear {let_relation} {let_frequency} times.",
     ),
     "language:response_language": (
@@ -84,13 +115,15 @@ SPECS: dict[str, tuple[Any, str]] = {
         "Answer with {relation} {num_words} words.",
     ),
     "length_constraints:nth_paragraph_first_word": (
-        lambda r: (lambda n: {"num_paragraphs": n, "nth_paragraph": r.randint(1, n), "first_word": r.choice(WORDS)})(r.randint(2, 5)),
-        "There should be {num_paragraphs} paragraphs. Paragraphs and only paragraphs are separated with each other by two "
+        lambda r: (lambda n: {"num_paragraphs": n, "nth_paragraph": r.randint(1, n), "first_word": r.choice(WORDS)})(
+            r.randint(2, 5)
+        ),
+        "There should be {num_paragraphs} paragraphs. Paragraphs and only paragraphs are separated with each other by two "  # noqa: E501 - IFEval's wording
         "new lines as if it was '\\n\\n' in python. Paragraph {nth_paragraph} must start with word {first_word}.",
     ),
     "detectable_content:number_placeholders": (
         lambda r: {"num_placeholders": r.randint(1, 4)},
-        "The response must contain at least {num_placeholders} placeholders represented by square brackets, such as [address].",
+        "The response must contain at least {num_placeholders} placeholders represented by square brackets, such as [address].",  # noqa: E501 - IFEval's wording
     ),
     "detectable_content:postscript": (
         lambda r: {"postscript_marker": r.choice(["P.S.", "P.P.S"])},
@@ -139,7 +172,10 @@ SPECS: dict[str, tuple[Any, str]] = {
         lambda r: {"capital_frequency": r.randint(1, 10), "capital_relation": _rel(r)},
         "In your response, words with all capital letters should appear {capital_relation} {capital_frequency} times.",
     ),
-    "change_case:english_capital": (lambda r: {}, "Your entire response should be in English, and in all capital letters."),
+    "change_case:english_capital": (
+        lambda r: {},
+        "Your entire response should be in English, and in all capital letters.",
+    ),
     "change_case:english_lowercase": (
         lambda r: {},
         "Your entire response should be in English, and in all lowercase letters. No capital letters are allowed.",
@@ -152,16 +188,30 @@ IFEVAL_GEN_IDS: tuple[str, ...] = tuple(SPECS)
 _ALL = set(SPECS)
 # Pairs never combined (symmetric closure of IFEval's INSTRUCTION_CONFLICTS).
 _CONFLICTS: dict[str, set[str]] = {
-    "language:response_language": {"detectable_format:multiple_sections", "keywords:existence", "keywords:frequency",
-                                   "keywords:forbidden_words", "startend:end_checker", "change_case:english_capital",
-                                   "change_case:english_lowercase"},
-    "length_constraints:number_paragraphs": {"length_constraints:nth_paragraph_first_word",
-                                             "length_constraints:number_sentences"},
+    "language:response_language": {
+        "detectable_format:multiple_sections",
+        "keywords:existence",
+        "keywords:frequency",
+        "keywords:forbidden_words",
+        "startend:end_checker",
+        "change_case:english_capital",
+        "change_case:english_lowercase",
+    },
+    "length_constraints:number_paragraphs": {
+        "length_constraints:nth_paragraph_first_word",
+        "length_constraints:number_sentences",
+    },
     "detectable_format:constrained_response": _ALL,
     "detectable_format:multiple_sections": {"detectable_format:number_highlighted_sections"},
     "detectable_format:json_format": _ALL - {"keywords:forbidden_words", "keywords:existence"},
-    "combination:two_responses": _ALL - {"keywords:forbidden_words", "keywords:existence", "language:response_language",
-                                         "detectable_format:title", "punctuation:no_comma"},
+    "combination:two_responses": _ALL
+    - {
+        "keywords:forbidden_words",
+        "keywords:existence",
+        "language:response_language",
+        "detectable_format:title",
+        "punctuation:no_comma",
+    },
     "combination:repeat_prompt": _ALL - {"keywords:existence", "detectable_format:title", "punctuation:no_comma"},
     "change_case:capital_word_frequency": {"change_case:english_lowercase", "change_case:english_capital"},
     "change_case:english_lowercase": {"change_case:english_capital"},

@@ -28,7 +28,14 @@ from datasets import Dataset, load_dataset
 from posttrain.data.jsonl import check_data_file
 from posttrain.data.rlvr.schema import as_prompt, ifeval_features, math_features, normalize_kwargs
 
-__all__ = ["load_gsm8k", "load_ifeval", "load_rlvr_ifeval", "load_rlvr", "parse_gsm8k_answer", "rlvr_ground_truth_to_ifeval"]
+__all__ = [
+    "load_gsm8k",
+    "load_ifeval",
+    "load_rlvr",
+    "load_rlvr_ifeval",
+    "parse_gsm8k_answer",
+    "rlvr_ground_truth_to_ifeval",
+]
 
 _FORMATS = {".jsonl": "json", ".json": "json", ".parquet": "parquet"}
 
@@ -64,7 +71,9 @@ def parse_gsm8k_answer(solution: str) -> str:
     return m.group(1).replace(",", "").replace("$", "").strip()
 
 
-def load_gsm8k(name_or_path: str = "openai/gsm8k", split: str = "train", chat: bool = True, suffix: str = "") -> Dataset:
+def load_gsm8k(
+    name_or_path: str = "openai/gsm8k", split: str = "train", chat: bool = True, suffix: str = ""
+) -> Dataset:
     """GSM8K as ``prompt``/``answer`` rows (hub config ``main``)."""
     raw = _load_raw(name_or_path, split, config="main")
     _require(raw, {"question", "answer"}, "gsm8k")
@@ -103,7 +112,10 @@ RLVR_TO_IFEVAL: dict[str, tuple[str, dict[str, str]]] = {
     "validate_response_language": ("language:response_language", {"language": "language"}),
     "verify_paragraph_count": ("length_constraints:number_paragraphs", {"N": "num_paragraphs"}),
     "validate_word_constraint": ("length_constraints:number_words", {"N": "num_words", "quantifier": "relation"}),
-    "verify_sentence_constraint": ("length_constraints:number_sentences", {"N": "num_sentences", "quantifier": "relation"}),
+    "verify_sentence_constraint": (
+        "length_constraints:number_sentences",
+        {"N": "num_sentences", "quantifier": "relation"},
+    ),
     "validate_paragraphs": (
         "length_constraints:nth_paragraph_first_word",
         {"N": "num_paragraphs", "i": "nth_paragraph", "first_word": "first_word"},
@@ -114,7 +126,10 @@ RLVR_TO_IFEVAL: dict[str, tuple[str, dict[str, str]]] = {
     "validate_title": ("detectable_format:title", {}),
     "validate_choice": ("detectable_format:constrained_response", {"options": "options"}),
     "validate_highlighted_sections": ("detectable_format:number_highlighted_sections", {"N": "num_highlights"}),
-    "validate_sections": ("detectable_format:multiple_sections", {"N": "num_sections", "section_splitter": "section_spliter"}),
+    "validate_sections": (
+        "detectable_format:multiple_sections",
+        {"N": "num_sections", "section_splitter": "section_spliter"},
+    ),
     "validate_json_format": ("detectable_format:json_format", {}),
     "validate_repeat_prompt": ("combination:repeat_prompt", {"original_prompt": "prompt_to_repeat"}),
     "validate_two_responses": ("combination:two_responses", {}),

@@ -15,12 +15,34 @@ from typing import Any
 
 from datasets import Features, List, Value
 
-__all__ = ["KWARGS_FEATURE", "ifeval_features", "math_features", "as_prompt", "normalize_kwargs"]
+__all__ = ["KWARGS_FEATURE", "as_prompt", "ifeval_features", "math_features", "normalize_kwargs"]
 
-_INT_KEYS = ("num_highlights", "num_words", "num_placeholders", "num_paragraphs", "frequency", "num_sentences",
-             "num_sections", "nth_paragraph", "let_frequency", "capital_frequency", "num_bullets")
-_STR_KEYS = ("relation", "prompt_to_repeat", "postscript_marker", "first_word", "keyword", "section_spliter",
-             "capital_relation", "end_phrase", "letter", "let_relation", "language")
+_INT_KEYS = (
+    "num_highlights",
+    "num_words",
+    "num_placeholders",
+    "num_paragraphs",
+    "frequency",
+    "num_sentences",
+    "num_sections",
+    "nth_paragraph",
+    "let_frequency",
+    "capital_frequency",
+    "num_bullets",
+)
+_STR_KEYS = (
+    "relation",
+    "prompt_to_repeat",
+    "postscript_marker",
+    "first_word",
+    "keyword",
+    "section_spliter",
+    "capital_relation",
+    "end_phrase",
+    "letter",
+    "let_relation",
+    "language",
+)
 _LIST_KEYS = ("forbidden_words", "keywords", "options")
 
 KWARGS_FEATURE = {
@@ -32,12 +54,14 @@ _MESSAGES = List({"role": Value("string"), "content": Value("string")})
 
 
 def ifeval_features(chat: bool) -> Features:
-    return Features({
-        "key": Value("int64"),
-        "prompt": _MESSAGES if chat else Value("string"),
-        "instruction_id_list": List(Value("string")),
-        "kwargs": List(KWARGS_FEATURE),
-    })
+    return Features(
+        {
+            "key": Value("int64"),
+            "prompt": _MESSAGES if chat else Value("string"),
+            "instruction_id_list": List(Value("string")),
+            "kwargs": List(KWARGS_FEATURE),
+        }
+    )
 
 
 def math_features(chat: bool) -> Features:
