@@ -1,4 +1,5 @@
-# make train  — set up .venv and run the offline default (GRPO, tiny_llama, CPU)
+# make train  — set up .venv and run GRPO on SmolLM2-135M-Instruct (two-digit arithmetic, CPU, ~10 min): it learns
+# make smoke  — the tiny random-model pipeline run (python train.py: tiny_llama, length probe, ~1 min)
 # make test   — set up .venv and run the whole test suite (slow end-to-end tests included)
 # make lint   — ruff (lint + format check) and mypy
 PYTHON ?= python3.11
@@ -8,7 +9,7 @@ PY := $(VENV)/bin/python
 TORCH_SPEC ?= torch==2.13.0
 EXTRAS ?= dev
 
-.PHONY: setup train test test-fast lint format clean
+.PHONY: setup train smoke test test-fast lint format clean
 
 $(VENV)/.installed: pyproject.toml Makefile
 	@command -v $(PYTHON) >/dev/null 2>&1 || { echo "need $(PYTHON) (set PYTHON=...)"; exit 1; }
@@ -21,6 +22,9 @@ $(VENV)/.installed: pyproject.toml Makefile
 setup: $(VENV)/.installed
 
 train: setup
+	$(PY) train.py +experiment=grpo_smollm2_add $(ARGS)
+
+smoke: setup
 	$(PY) train.py $(ARGS)
 
 test: setup
