@@ -12,6 +12,7 @@ import os
 import re
 import shutil
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from posttrain.errors import CheckpointError
 
@@ -33,7 +34,13 @@ def identity(cfg) -> dict:
     return {"model": cfg.model.name, "algo": cfg.algo.name, "data": cfg.data.name}
 
 
-class AtomicCheckpointMixin:
+if TYPE_CHECKING:  # what the mixin is mixed into, for the type checker
+    from transformers import Trainer as _TrainerBase
+else:
+    _TrainerBase = object
+
+
+class AtomicCheckpointMixin(_TrainerBase):
     """Mix into any HF `Trainer` subclass (first in the bases) to make `_save_checkpoint` atomic."""
 
     _staging_dir: str | None = None

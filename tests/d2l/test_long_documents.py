@@ -74,9 +74,9 @@ def test_a_chunked_documents_lora_is_its_chunks_loras_along_the_rank(d2l_model, 
     assert float(lora.select([1]).l1()) == pytest.approx(float(alone.l1()), rel=1e-6)  # padding is not counted
     # padded to a batch with a longer document, the short document's LoRA changes no logit
     q = torch.tensor([model.tokenizer("What pet does Kimelo own?", add_special_tokens=False)["input_ids"]])
-    model.apply(alone)
+    model.apply_lora(alone)
     ref = model.base(input_ids=q, use_cache=False).logits
-    model.apply(lora.select([1]))
+    model.apply_lora(lora.select([1]))
     torch.testing.assert_close(model.base(input_ids=q, use_cache=False).logits, ref, atol=1e-6, rtol=1e-5)
     model.reset()
 

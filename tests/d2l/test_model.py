@@ -40,10 +40,10 @@ def test_generated_lora_changes_no_logits_at_init(d2l_cfg, d2l_model):
     lora = model.lora_from_ids(batch["ctx_ids"], batch["ctx_mask"])
     assert all(float(b.detach().abs().max()) == 0.0 for b in lora.B.values())  # B scaler starts at 0
     assert all(float(a.detach().abs().max()) > 0.0 for a in lora.A.values())  # ...but A does not: gradients can flow
-    model.apply(lora)
+    model.apply_lora(lora)
     assert torch.equal(_logits(model, batch["input_ids"], batch["attention_mask"]), base)
     _randomize_scalers(model)  # the test can fail: a non-zero B does change the logits
-    model.apply(model.lora_from_ids(batch["ctx_ids"], batch["ctx_mask"]))
+    model.apply_lora(model.lora_from_ids(batch["ctx_ids"], batch["ctx_mask"]))
     assert (_logits(model, batch["input_ids"], batch["attention_mask"]) - base).abs().max() > 1e-3
     model.reset()
     assert torch.equal(_logits(model, batch["input_ids"], batch["attention_mask"]), base)
@@ -57,13 +57,13 @@ def test_per_sample_padded_and_packed_application(d2l_model):
     ids = [model.tokenizer(p, add_special_tokens=False)["input_ids"] for p in prompts]
     singles = []
     for i, x in enumerate(ids):
-        model.apply(lora.select([i]))
+        model.apply_lora(lora.select([i]))
         singles.append(model.base(input_ids=torch.tensor([x]), use_cache=False).logits[0])
     width = max(map(len, ids))
     pad = model.tokenizer.pad_token_id
     padded = torch.tensor([x + [pad] * (width - len(x)) for x in ids])
     mask = torch.tensor([[1] * len(x) + [0] * (width - len(x)) for x in ids])
-    model.apply(lora)
+    model.apply_lora(lora)
     out = model.base(input_ids=padded, attention_mask=mask, use_cache=False).logits
     for i, x in enumerate(ids):
         torch.testing.assert_close(out[i, : len(x)], singles[i], atol=1e-5, rtol=1e-5)

@@ -214,18 +214,17 @@ def main(argv: list[str] | None = None) -> int:
             "dtype": args.dtype,
             "threads": args.threads or None,
         }
-        if best[b] is None:
+        entry = best[b]
+        if entry is None:
             failed = True
             rec["error"] = runs[b][-1].get("error")
         else:
-            rec.update(
-                seconds=round(best[b]["seconds"], 3), times=best[b]["times"], peak_mib=round(best[b]["peak_mib"], 1)
-            )
+            rec.update(seconds=round(entry["seconds"], 3), times=entry["times"], peak_mib=round(entry["peak_mib"], 1))
             if eager:
-                rec["ratio_vs_eager"] = round(best[b]["seconds"] / eager["seconds"], 3)
-                rec["mem_ratio_vs_eager"] = round(best[b]["peak_mib"] / max(eager["peak_mib"], 1e-9), 4)
+                rec["ratio_vs_eager"] = round(entry["seconds"] / eager["seconds"], 3)
+                rec["mem_ratio_vs_eager"] = round(entry["peak_mib"] / max(eager["peak_mib"], 1e-9), 4)
             if anchor:
-                rec["ratio_vs_two_gemm"] = round(best[b]["seconds"] / anchor["seconds"], 3)
+                rec["ratio_vs_two_gemm"] = round(entry["seconds"] / anchor["seconds"], 3)
         print(json.dumps(rec), flush=True)
     return 1 if failed else 0
 

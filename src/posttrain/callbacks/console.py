@@ -182,11 +182,12 @@ def summary_table(
     `<name>_before`/`<name>_after` pair of summary.json (e.g. heldout_acc), and the runtime."""
     spec = ConsoleSpec.of(spec)
     rows: list[tuple[str, str, str, str]] = []
-    trends = []
+    trends: list[tuple[str, str, str, str]] = []
     for key in spec.trend:
         values = [m[key] for m in metrics if isinstance(m.get(key), (int, float))]
         if values:
-            trends.append((spec.label(key), *(fmt(v) for v in _first_last(values)), ""))
+            first, last = (fmt(v) for v in _first_last(values))
+            trends.append((spec.label(key), first, last, ""))
     if trends:
         rows += [("", "first-5", "last-5", ""), *trends]
     pairs = [k.removesuffix("_before") for k in summary if k.endswith("_before")]

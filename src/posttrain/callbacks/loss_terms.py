@@ -3,9 +3,15 @@
 from __future__ import annotations
 
 from collections import defaultdict
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # what the mixin is mixed into, for the type checker
+    from transformers import Trainer as _TrainerBase
+else:
+    _TrainerBase = object
 
 
-class LossTermsMixin:
+class LossTermsMixin(_TrainerBase):
     """Mix into an HF `Trainer` subclass; call `record_terms(stats)` from `compute_loss`."""
 
     def record_terms(self, stats: dict[str, float]) -> None:

@@ -90,7 +90,7 @@ def read_jsonl(path: str | Path, required: Sequence[str] = ()) -> list[dict[str,
             kind = type(row["prompt"])
             prompt_kind = prompt_kind or (lineno, kind)
             if kind is not prompt_kind[1]:
-                names = {str: "a string", list: "chat messages"}
+                names: dict[type, str] = {str: "a string", list: "chat messages"}
                 raise DataError(
                     f"{path}:{lineno}: prompt is {names[kind]} but line {prompt_kind[0]}'s is "
                     f"{names[prompt_kind[1]]} (use one kind for the whole file)"

@@ -245,7 +245,7 @@ def plan(cfg: DictConfig) -> Plan:
 
     result = Plan(counts=counts, work=work, items=items, device_bytes=hw.device_gib * GIB)
     phases = {p: result.phase_bytes(p) for p in ("train", "generate", "step")}
-    result.peak_phase = max(phases, key=phases.get)
+    result.peak_phase = max(phases, key=lambda p: phases[p])
     result.peak_bytes = result.phase_bytes("persistent") + phases[result.peak_phase]
     result.extra = {"train_mode": mode, "sharding": split, "backend": backend, "checkpointing": gc}
     return result

@@ -122,7 +122,7 @@ def _set_blocks(cfg: dict) -> None:
     from . import fused, pallas, triton_fold  # none imports triton or jax at module level
 
     for mod in (fused, pallas, triton_fold):
-        mod.TOKEN_BLOCK, mod.VOCAB_BLOCK = cfg["token_block"], cfg["vocab_block"]
+        mod.TOKEN_BLOCK, mod.VOCAB_BLOCK = cfg["token_block"], cfg["vocab_block"]  # type: ignore[attr-defined]
 
 
 def _loss_and_grads(inputs: dict, cfg: dict, backend: str, dtype: torch.dtype):
@@ -131,12 +131,12 @@ def _loss_and_grads(inputs: dict, cfg: dict, backend: str, dtype: torch.dtype):
     h = inputs["hidden"].to(dtype).requires_grad_()
     w = inputs["weight"].to(dtype).requires_grad_(cfg["weight_grad"])
     cast = lambda x: None if x is None else x.to(torch.float64 if dtype == torch.float64 else torch.float32)
-    loss, stats = grpo_loss(
+    loss, stats, *_ = grpo_loss(
         h,
         w,
         inputs["ids"],
         inputs["mask"],
-        cast(inputs["adv"]),
+        inputs["adv"].to(torch.float64 if dtype == torch.float64 else torch.float32),
         cast(inputs["old"]),
         cast(inputs["ref"]),
         backend=backend,

@@ -13,6 +13,7 @@ import math
 import sys
 from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
+from typing import Any
 
 import torch
 
@@ -29,7 +30,7 @@ def lm_head_gathered(*params: torch.Tensor | None) -> AbstractContextManager:
         return nullcontext()
     from trl.trainer.utils import maybe_gather_lm_head_ctx
 
-    return maybe_gather_lm_head_ctx(*params)
+    return maybe_gather_lm_head_ctx(*params)  # type: ignore[arg-type]  # the LM head's parameters
 
 
 def per_token_kl(logps: torch.Tensor, ref_logps: torch.Tensor, estimator: str) -> torch.Tensor:
@@ -273,7 +274,7 @@ def grpo_loss(
             f"completion_ids {tuple(completion_ids.shape)} and completion_mask "
             f"{tuple(completion_mask.shape)} must be {tuple(hidden.shape[:2])}"
         )
-    kwargs = dict(
+    kwargs: dict[str, Any] = dict(
         beta=beta,
         epsilon_low=epsilon_low,
         epsilon_high=epsilon_high,

@@ -53,7 +53,7 @@ def load_kwargs(model_cfg: DictConfig, hw_cfg: DictConfig) -> dict[str, Any]:
         "use_cache": False,
     }
     if model_cfg.quantization == "mxfp4":
-        from transformers import Mxfp4Config
+        from transformers import Mxfp4Config  # type: ignore[attr-defined]  # exported lazily
 
         # Training needs real bf16 weights: dequantize MXFP4 on load; never stack bitsandbytes on top.
         kwargs["quantization_config"] = Mxfp4Config(dequantize=True)
@@ -76,7 +76,7 @@ def _set_eos_prior(model: PreTrainedModel, eos_id: int, prob: float) -> None:
     of the LM head points along u with the length that gives `prob`. Training can undo it (e.g. LoRA on o_proj
     learning to cancel u), which is what the length probe measures.
     """
-    emb = model.get_input_embeddings().weight
+    emb: torch.Tensor = model.get_input_embeddings().weight  # type: ignore[assignment]
     d = emb.shape[1]
     gen = torch.Generator().manual_seed(1234)
     u = torch.randn(d, generator=gen)
@@ -147,7 +147,7 @@ def _load_real(model_cfg: DictConfig, hw_cfg: DictConfig) -> tuple[PreTrainedMod
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
     model = AutoModelForCausalLM.from_pretrained(location, **load_kwargs(model_cfg, hw_cfg))
-    if len(tokenizer) > model.get_input_embeddings().weight.shape[0]:
+    if len(tokenizer) > model.get_input_embeddings().weight.shape[0]:  # type: ignore[index]
         raise ConfigError(f"tokenizer of {location} is larger than the model's embedding matrix")
     return model, tokenizer
 

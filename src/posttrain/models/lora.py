@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from omegaconf import DictConfig
 from peft import LoraConfig, get_peft_model
 from transformers import PreTrainedModel
@@ -9,7 +11,7 @@ from transformers import PreTrainedModel
 
 def lora_config(model_cfg: DictConfig) -> LoraConfig:
     lcfg = model_cfg.lora
-    kwargs = {}
+    kwargs: dict[str, Any] = {}
     if lcfg.experts:
         # Experts are batched nn.Parameters ([E, in, out]), not nn.Linear: PEFT wraps them by parameter name.
         kwargs["target_parameters"] = list(lcfg.expert_parameters)

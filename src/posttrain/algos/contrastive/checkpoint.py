@@ -60,7 +60,7 @@ def load_weights(model: torch.nn.Module, ckpt_dir: str | Path, cfg: DictConfig) 
 
     adapter_state = load_file(str(ckpt / ADAPTER_FILE))
     expected = {k for k in model.lm.state_dict() if "lora_" in k}
-    result = set_peft_model_state_dict(model.lm, adapter_state)
+    result: Any = set_peft_model_state_dict(model.lm, adapter_state)  # torch's _IncompatibleKeys
     missing = sorted(k for k in result.missing_keys if "lora_" in k)
     n_lora = sum("lora_" in k for k in adapter_state)  # PEFT may also save e.g. an lm_head base weight
     if missing or result.unexpected_keys or n_lora != len(expected):

@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from omegaconf import DictConfig
@@ -21,6 +21,9 @@ from omegaconf import DictConfig
 from posttrain.data.contrastive import build_triplets, user_message
 from posttrain.dist import device_for
 from posttrain.models.generation import generate
+
+if TYPE_CHECKING:
+    from posttrain.algos.contrastive.model import ContrastiveModel
 
 
 def normalize(text: str) -> str:
@@ -64,7 +67,7 @@ def score(rows: Sequence[dict], benign_replies: Sequence[str], injected_replies:
 
 def evaluate_model(
     cfg: DictConfig,
-    model: torch.nn.Module,
+    model: ContrastiveModel,
     tokenizer: Any,
     rows: list[dict] | None = None,
     return_replies: bool = False,
@@ -92,7 +95,7 @@ def evaluate_model(
     return result
 
 
-def evaluate_start(cfg: DictConfig, model: torch.nn.Module, tokenizer: Any, **kwargs: Any) -> dict[str, Any]:
+def evaluate_start(cfg: DictConfig, model: ContrastiveModel, tokenizer: Any, **kwargs: Any) -> dict[str, Any]:
     """Scores of the weights training started from, computed on the trained model object (no second base copy):
     adapters disabled (fresh LoRA has B = 0, so the start is the base model), or `algo.init_from` swapped in
     and the trained adapters and head put back afterwards."""

@@ -32,7 +32,9 @@ class ProjectionHead(nn.Module):
         super().__init__()
         self.in_dim, self.proj_dim, self.hidden_dim = in_dim, proj_dim, hidden_dim
         if hidden_dim:
-            self.net = nn.Sequential(nn.Linear(in_dim, hidden_dim), nn.GELU(), nn.Linear(hidden_dim, proj_dim))
+            self.net: nn.Module = nn.Sequential(
+                nn.Linear(in_dim, hidden_dim), nn.GELU(), nn.Linear(hidden_dim, proj_dim)
+            )
         else:
             self.net = nn.Linear(in_dim, proj_dim)
 
@@ -57,6 +59,9 @@ class ContrastiveOutput:
 class ContrastiveModel(nn.Module):
     """`lm` is the PEFT-wrapped causal LM; `forward` runs the backbone once over all rows and pools."""
 
+    lm: nn.Module
+    head: ProjectionHead
+
     def __init__(self, lm: nn.Module, head: ProjectionHead, tokenizer: Any = None):
         super().__init__()
         self.lm = lm
@@ -70,7 +75,7 @@ class ContrastiveModel(nn.Module):
     @property
     def backbone(self) -> nn.Module:
         lm = self.causal_lm
-        return getattr(lm, lm.base_model_prefix)
+        return getattr(lm, str(lm.base_model_prefix))
 
     def output_embeddings(self) -> nn.Module:
         return self.causal_lm.get_output_embeddings()

@@ -54,7 +54,7 @@ class ContrastiveTrainer(LossTermsMixin, AtomicCheckpointMixin, Trainer):
     def _save(self, output_dir: str | None = None, state_dict: dict | None = None) -> None:
         if not self.args.should_save:
             return
-        output_dir = output_dir or self.args.output_dir
+        output_dir = output_dir or str(self.args.output_dir)
         save_weights(self._unwrapped(), output_dir, self.run_cfg)
         if self.processing_class is not None:
             self.processing_class.save_pretrained(output_dir)

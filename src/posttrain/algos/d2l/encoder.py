@@ -7,15 +7,14 @@ import copy
 
 import torch
 from torch import nn
-from transformers import PreTrainedModel
 
 
-def backbone_of(lm: PreTrainedModel) -> nn.Module:
+def backbone_of(lm: nn.Module) -> nn.Module:
     """The decoder stack (`model.model` for Llama/GPT-OSS) under a causal-LM head."""
-    return getattr(lm, lm.base_model_prefix)
+    return getattr(lm, str(lm.base_model_prefix))
 
 
-def trimmed_backbone(lm: PreTrainedModel, depth: int, share_weights: bool = True) -> nn.Module:
+def trimmed_backbone(lm: nn.Module, depth: int, share_weights: bool = True) -> nn.Module:
     """A frozen copy of `lm`'s backbone that runs only its first `depth` layers.
 
     `share_weights=True` copies the module structure but shares the (frozen) tensors with the base model, so it
@@ -25,11 +24,11 @@ def trimmed_backbone(lm: PreTrainedModel, depth: int, share_weights: bool = True
     enc = copy.copy(src)
     enc._modules = dict(src._modules)  # shallow copy shares the dicts: never trim the base model itself
     enc._parameters, enc._buffers = dict(src._parameters), dict(src._buffers)
-    enc.layers = nn.ModuleList(list(src.layers)[:depth])
+    enc.layers = nn.ModuleList(list(src.layers)[:depth])  # type: ignore[arg-type]  # a ModuleList
     enc.config = copy.deepcopy(src.config)
     enc.config.num_hidden_layers = depth
     if getattr(enc.config, "layer_types", None):
-        enc.config.layer_types = list(enc.config.layer_types)[:depth]
+        enc.config.layer_types = list(enc.config.layer_types)[:depth]  # type: ignore[arg-type]
     if not share_weights:
         enc = copy.deepcopy(enc)
     enc.requires_grad_(False)
@@ -40,7 +39,7 @@ def trimmed_backbone(lm: PreTrainedModel, depth: int, share_weights: bool = True
 class ContextEncoder(nn.Module):
     """`forward(ids, mask) -> [batch, depth, seq, hidden]`: every kept layer's output over the document."""
 
-    def __init__(self, lm: PreTrainedModel, depth: int, share_weights: bool = True):
+    def __init__(self, lm: nn.Module, depth: int, share_weights: bool = True):
         super().__init__()
         backbone = trimmed_backbone(lm, depth, share_weights)
         if share_weights:

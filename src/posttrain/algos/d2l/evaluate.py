@@ -52,7 +52,7 @@ def rouge_l(prediction: str, reference: str) -> float:
 @torch.no_grad()
 def _answer_nll(model: Any, batch: dict[str, torch.Tensor], lora: GeneratedLoRA | None) -> tuple[float, int]:
     """(sum of answer-token NLL, answer-token count) for `batch` with `lora` applied (None: bare base)."""
-    model.apply(lora)
+    model.apply_lora(lora)
     try:
         hidden = backbone_of(model.base)(
             input_ids=batch["input_ids"], attention_mask=batch["attention_mask"], use_cache=False

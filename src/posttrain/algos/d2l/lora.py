@@ -65,7 +65,7 @@ class GeneratedLoRA:
     def l1(self) -> torch.Tensor:
         """Mean absolute entry over all generated A and B (padding rows excluded)."""
         mats = (*self.A.values(), *self.B.values())
-        total = sum(v.abs().sum() for v in mats)
+        total = torch.stack([v.abs().sum() for v in mats]).sum()
         if self.rows is None:
             return total / sum(v.numel() for v in mats)
         n_rows = int(self.rows.sum())
@@ -87,7 +87,7 @@ class D2LLinear(nn.Module):
 
     @property
     def weight(self) -> torch.Tensor:  # some model code reads .weight (dtype/device checks)
-        return self.base_layer.weight
+        return self.base_layer.weight  # type: ignore[return-value]  # a Linear's weight
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         y = self.base_layer(x)

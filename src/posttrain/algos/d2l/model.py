@@ -17,7 +17,7 @@ from torch import nn
 from posttrain.algos.d2l.config import encoder_depth, target_layers
 from posttrain.algos.d2l.encoder import ContextEncoder, backbone_of
 from posttrain.algos.d2l.hypernet import Hypernet, HypernetSpec
-from posttrain.algos.d2l.lora import GeneratedLoRA, find_targets, install, set_lora
+from posttrain.algos.d2l.lora import D2LLinear, GeneratedLoRA, find_targets, install, set_lora
 from posttrain.errors import CheckpointError
 
 WEIGHTS, SPEC = "hypernet.safetensors", "hypernet_config.json"
@@ -28,6 +28,8 @@ class D2LModel(nn.Module):
 
     The base LM is registered (so `.to()` moves it) but `hypernet_state_dict()` is what checkpoints hold.
     """
+
+    wrappers: dict[str, D2LLinear]  # the wrapped base layers (kept out of the module tree: not parameters)
 
     def __init__(
         self,
@@ -46,7 +48,7 @@ class D2LModel(nn.Module):
         self.base = base
         self.tokenizer = tokenizer
         self.encoder = ContextEncoder(base, spec.encoder_depth, share_encoder_weights)  # before wrapping
-        layers = backbone_of(base).layers
+        layers: nn.ModuleList = backbone_of(base).layers  # type: ignore[assignment]
         targets = find_targets(layers, spec.layers, spec.modules)
         spec.paths = {f"{li}.{m}": path for path, (li, m, _) in targets.items()}
         self.__dict__["wrappers"] = install(layers, targets, spec.alpha / spec.rank)
@@ -94,7 +96,7 @@ class D2LModel(nn.Module):
         """Remove any applied LoRA: the base model is itself again."""
         set_lora(self.wrappers, None)
 
-    def apply(self, lora: GeneratedLoRA | None, token_index: torch.Tensor | None = None) -> None:
+    def apply_lora(self, lora: GeneratedLoRA | None, token_index: torch.Tensor | None = None) -> None:
         """Apply `lora` (one per batch row, or one per packed segment with `token_index[b, t]`) until `reset()`."""
         set_lora(self.wrappers, lora, token_index)
 
@@ -117,7 +119,7 @@ class D2LModel(nn.Module):
     ) -> tuple[torch.Tensor, GeneratedLoRA]:
         """Final hidden states of the base with each row's generated LoRA applied, and the LoRA itself."""
         lora = self.lora_from_ids(ctx_ids, ctx_mask, ctx_doc)
-        self.apply(lora, token_index)
+        self.apply_lora(lora, token_index)
         out = backbone_of(self.base)(input_ids=input_ids, attention_mask=attention_mask, use_cache=False)
         return out.last_hidden_state, lora
 
@@ -156,7 +158,7 @@ class D2LModel(nn.Module):
 
         prompts = [prompt] if isinstance(prompt, str) else list(prompt)
         convs = [[{"role": "user", "content": p}] for p in prompts]
-        self.apply(lora)  # one LoRA per prompt: the whole list is one batch
+        self.apply_lora(lora)  # one LoRA per prompt: the whole list is one batch
         try:
             answers, _ = generate(
                 self.base, self.tokenizer, convs, max_new_tokens=max_new_tokens, batch_size=len(convs), **gen_kwargs
@@ -191,16 +193,16 @@ class D2LModel(nn.Module):
 def hypernet_spec(cfg: DictConfig, base: nn.Module) -> HypernetSpec:
     algo, agg = cfg.algo, cfg.algo.aggregator
     layers = target_layers(cfg)
-    found = find_targets(backbone_of(base).layers, layers, list(algo.target_modules))
+    found = find_targets(backbone_of(base).layers, layers, list(algo.target_modules))  # type: ignore[arg-type]
     dims: dict[str, list[int]] = {}
     for _, (li, m, mod) in found.items():
-        d = [int(mod.in_features), int(mod.out_features)]
+        d = [int(mod.in_features), int(mod.out_features)]  # type: ignore[arg-type]
         if dims.setdefault(m, d) != d:
             raise ValueError(
                 f"{m} has shape {d} in layer {li} but {dims[m]} elsewhere: one head per module needs one shape"
             )
     return HypernetSpec(
-        hidden_size=int(base.config.hidden_size),
+        hidden_size=int(base.config.hidden_size),  # type: ignore[arg-type]
         layers=layers,
         modules=list(algo.target_modules),
         dims=dims,

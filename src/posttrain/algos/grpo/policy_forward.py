@@ -41,7 +41,7 @@ def _mask_position_ids(module: torch.nn.Module, args: tuple, kwargs: dict[str, A
 def add_mask_position_ids(model: torch.nn.Module) -> None:
     """Make the backbone of `model` (a CausalLM, PEFT-wrapped or not) derive missing position ids from the mask."""
     lm = causal_lm(model)
-    backbone = getattr(lm, lm.base_model_prefix)
+    backbone = getattr(lm, str(lm.base_model_prefix))
     if not getattr(backbone, "_posttrain_mask_positions", False):
         backbone.register_forward_pre_hook(_mask_position_ids, with_kwargs=True)
         backbone._posttrain_mask_positions = True
@@ -52,7 +52,8 @@ def router_aux_loss(lm: torch.nn.Module, router_logits: Any, attention_mask: tor
     from transformers.models.mixtral.modeling_mixtral import load_balancing_loss_func
 
     cfg = lm.config.get_text_config()
-    return load_balancing_loss_func(router_logits, cfg.num_experts, cfg.num_experts_per_tok, attention_mask)
+    loss = load_balancing_loss_func(router_logits, cfg.num_experts, cfg.num_experts_per_tok, attention_mask)
+    return torch.as_tensor(loss)
 
 
 def global_masked_mean(accelerator: Any, x: torch.Tensor, mask: torch.Tensor) -> float:

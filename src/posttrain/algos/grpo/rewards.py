@@ -25,7 +25,7 @@ def _guard(fn: Callable) -> Callable:
             raise TrainingError(f"reward {name!r} returned {got} values for {len(completions)} completions")
         return out
 
-    guarded.value_range = getattr(fn, "value_range", None)  # what the reward histograms bin over
+    guarded.value_range = getattr(fn, "value_range", None)  # type: ignore[attr-defined]  # what histograms bin over
     return guarded
 
 

@@ -25,7 +25,7 @@ import torch
 from accelerate.utils import gather_object
 from torch.distributed.tensor import DTensor
 from transformers import TrainerCallback
-from trl import GRPOTrainer
+from trl import GRPOConfig, GRPOTrainer
 from trl.models.utils import _ForwardRedirection
 
 from posttrain.algos.grpo.kl_control import AdaptiveBeta
@@ -49,6 +49,9 @@ from posttrain.kernels import (
 
 
 class PosttrainGRPOTrainer(AtomicCheckpointMixin, GRPOTrainer):
+    args: GRPOConfig
+    heldout_before: dict[str, Any] | None = None  # held-out accuracy of the starting model (data.heldout)
+
     def __init__(
         self,
         *args,
@@ -67,7 +70,7 @@ class PosttrainGRPOTrainer(AtomicCheckpointMixin, GRPOTrainer):
         self.kl_estimator = kl_estimator
         self.kl_controller = kl_controller
         self.reward_hist_default = reward_hist_default
-        value_range = total_range(self.reward_funcs, self.reward_weights.tolist())
+        value_range = total_range(self.reward_funcs, self.reward_weights.tolist())  # type: ignore[arg-type]
         self.reward_hist = {
             "train": RewardHistogram(value_range, "reward_hist"),
             "eval": RewardHistogram(value_range, "eval_reward_hist"),

@@ -28,7 +28,8 @@ def _answer(answers: Any) -> str | None:
 
 
 def _flat(rows: Iterable[dict[str, Any]], where: str) -> list[dict[str, Any]]:
-    out, doc_ids = [], {}
+    out: list[dict] = []
+    doc_ids: dict[str, int] = {}
     for i, row in enumerate(rows):
         missing = [k for k in ("context", "question", "answers") if k not in row]
         if missing:

@@ -81,5 +81,5 @@ def normalize_kwargs(kwargs: dict[str, Any] | None) -> dict[str, Any]:
     out = {k: kwargs.get(k) for k in KWARGS_FEATURE}
     for k in _INT_KEYS:
         if out[k] is not None:
-            out[k] = int(out[k])
+            out[k] = int(out[k])  # type: ignore[arg-type]  # checked not None above
     return out
