@@ -256,3 +256,21 @@ def test_installed_wheel_runs_outside_the_checkout(tmp_path):
     )
     assert run.returncode == 0, run.stderr[-3000:]
     assert json.loads((elsewhere / "run" / "summary.json").read_text())["final_step"] == 1
+
+
+def test_a_broken_algorithm_package_fails_loudly(tmp_path):
+    """A package in posttrain.algos that does not import is an error, never a silently missing algorithm (issue 12
+    item 17: the old registry swallowed ModuleNotFoundError)."""
+    package = tmp_path / "plugin" / "posttrain" / "algos" / "broken"
+    package.mkdir(parents=True)
+    (package / "__init__.py").write_text("import no_such_dependency_xyz\n")
+    env = {**ENV, "PYTHONPATH": os.pathsep.join([str(tmp_path / "plugin"), ENV.get("PYTHONPATH", "")])}
+    code = "from posttrain.algos.registry import algorithms; print(sorted(algorithms()))"
+    proc = subprocess.run(
+        [sys.executable, "-c", code], env=env, cwd=tmp_path, capture_output=True, text=True, timeout=120
+    )
+    assert proc.returncode != 0 and "no_such_dependency_xyz" in proc.stderr
+    ok = subprocess.run(
+        [sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=120, env=ENV
+    )
+    assert ok.returncode == 0 and ok.stdout.strip() == "['contrastive', 'd2l', 'grpo']", ok.stderr[-2000:]
