@@ -221,8 +221,13 @@ def test_installed_wheel_runs_outside_the_checkout(tmp_path):
     venv = tmp_path / "venv"
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=120)
     site = next((venv / "lib").glob("python*/site-packages"))
-    # the dependencies of this environment, but not the checkout's posttrain (a .pth line adds no .pth processing)
-    deps = [p for p in sys.path if p and Path(p).is_dir() and not Path(p).resolve().is_relative_to(ROOT)]
+    # the dependencies of this environment (its site-packages may sit inside the checkout, as .venv does in CI), but
+    # not the checkout's own source (a .pth line adds no .pth processing, so the editable finder stays inactive)
+    deps = [
+        p
+        for p in sys.path
+        if p and Path(p).is_dir() and (Path(p).name == "site-packages" or not Path(p).resolve().is_relative_to(ROOT))
+    ]
     (site / "deps.pth").write_text("\n".join(deps) + "\n")
     wheel = next(dist.glob("posttrain-*.whl"))
     inst = subprocess.run(
