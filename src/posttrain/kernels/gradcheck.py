@@ -95,6 +95,7 @@ def _set_blocks(cfg: dict) -> None:
 
     for mod in (fused, pallas, triton_fold):
         mod.TOKEN_BLOCK, mod.VOCAB_BLOCK = cfg["token_block"], cfg["vocab_block"]
+    fused.FLASH_CHUNK = cfg["vocab_block"]  # fused's CPU flash path: vocabulary chunks merged by log-sum-exp
 
 
 def _loss_and_grads(inputs: dict, cfg: dict, backend: str, dtype: torch.dtype):
