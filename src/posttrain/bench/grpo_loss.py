@@ -33,7 +33,7 @@ import sys
 import threading
 import time
 
-FUSED_VARIANTS = {"tiles": {"CPU_FLASH": False}, "upcast": {"BF16_NATIVE": False}, "c16": {"_FLASH_COPY_BYTES": 16<<20}, "c32": {"_FLASH_COPY_BYTES": 32<<20}, "c128": {"_FLASH_COPY_BYTES": 128<<20}, "c256": {"_FLASH_COPY_BYTES": 256<<20}}
+FUSED_VARIANTS = {"tiles": {"CPU_FLASH": False}, "upcast": {"BF16_NATIVE": False}}
 
 
 def _rss_kib(field: str = "VmRSS") -> int:
