@@ -12,6 +12,7 @@ import subprocess
 import sys
 
 import pytest
+import torch
 
 from posttrain.kernels import BACKENDS, available
 from posttrain.kernels import gradcheck as gc
@@ -244,3 +245,20 @@ def test_available_reports_reasons(monkeypatch):
     if not torch.cuda.is_available():
         ok, why = available("triton")
         assert not ok and "TRITON_INTERPRET" in why
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
+def test_fused_non_contiguous_inputs(dtype):
+    """A transposed LM head (e.g. tied to an embedding stored [H, V]) and a strided hidden state: ATen's flash
+    kernel reads rows as contiguous, so `fused` must hand it contiguous chunks (it once returned garbage)."""
+    from posttrain.kernels.eager import eager_logps
+    from posttrain.kernels.fused import fused_logps
+
+    g = torch.Generator().manual_seed(0)
+    weight = (torch.randn(32, 700, generator=g) * 0.5).to(dtype).t()
+    hidden = torch.randn(32, 80, generator=g).to(dtype).t()
+    targets = torch.randint(0, 700, (80,), generator=g)
+    assert not weight.is_contiguous() and not hidden.is_contiguous()
+    got = fused_logps(hidden, weight, targets, temperature=0.7)
+    ref = eager_logps(hidden.double().contiguous(), weight.double().contiguous(), targets, 0.7)
+    assert (got.double() - ref).abs().max() < (1e-4 if dtype == torch.bfloat16 else 1e-5)

@@ -85,12 +85,13 @@ def _flash_forward(hidden: torch.Tensor, weight: torch.Tensor, inv_t: float) -> 
     V = weight.shape[0]
     native = BF16_NATIVE and hidden.dtype == weight.dtype == torch.bfloat16
     dt = torch.bfloat16 if native else torch.float32
-    copied = native or weight.dtype != dt  # bf16: the kernel packs keys + values; else an fp32 upcast
+    # the kernel reads rows as contiguous (it does not check): it gets contiguous copies where needed
+    copied = native or weight.dtype != dt or not weight.is_contiguous()  # bf16: it packs keys + values itself
     chunk = FLASH_CHUNK or (max(512, _FLASH_COPY_BYTES // (4 * H)) if copied else V)
     q = hidden.to(dt).contiguous()[None, None]
     lse = e = None
     for v0 in range(0, V, chunk):
-        w = weight[v0:v0 + chunk].to(dt)[None, None]
+        w = weight[v0:v0 + chunk].to(dt).contiguous()[None, None]
         out, lse_c = _flash(q, w, w, scale=inv_t)
         out, lse_c = out.reshape(N, H), lse_c.reshape(N)
         if e is None:
