@@ -262,3 +262,15 @@ def test_fused_non_contiguous_inputs(dtype):
     got = fused_logps(hidden, weight, targets, temperature=0.7)
     ref = eager_logps(hidden.double().contiguous(), weight.double().contiguous(), targets, 0.7)
     assert (got.double() - ref).abs().max() < (1e-4 if dtype == torch.bfloat16 else 1e-5)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
+def test_fused_no_tokens(dtype):
+    """Zero tokens (e.g. an empty completion batch reaching the kernel): empty log-probs and gradient. ATen's flash
+    kernel divides by the token count (SIGFPE), so `fused` must not call it then."""
+    from posttrain.kernels.fused import fused_logps
+
+    hidden = torch.randn(0, 16, dtype=dtype, requires_grad=True)
+    out = fused_logps(hidden, torch.randn(300, 16, dtype=dtype), torch.zeros(0, dtype=torch.long))
+    out.sum().backward()
+    assert out.shape == (0,) and hidden.grad.shape == (0, 16)

@@ -76,7 +76,8 @@ def _fold_tile(Z: torch.Tensor, m: torch.Tensor, s: torch.Tensor, acc: torch.Ten
 def _use_flash(hidden: torch.Tensor, weight: torch.Tensor, fold: Callable | None) -> bool:
     ok = (torch.float32, torch.bfloat16)
     return (CPU_FLASH and fold is None and _flash is not None and hidden.device.type == "cpu"
-            and hidden.dtype in ok and weight.dtype in ok)
+            and hidden.dtype in ok and weight.dtype in ok
+            and hidden.shape[0] > 0 and weight.shape[0] > 0)  # the kernel divides by both (SIGFPE)
 
 
 def _flash_forward(hidden: torch.Tensor, weight: torch.Tensor, inv_t: float) -> tuple[torch.Tensor, torch.Tensor]:
