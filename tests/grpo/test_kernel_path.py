@@ -24,6 +24,10 @@ from tests.grpo.helpers import (
 )
 
 BACKENDS = [b for b in ("eager", "chunked", "liger", "fused") if available(b)[0]]
+# Every backend's single call is within ~1.5e-6 of fp64 (as is TRL's own fp32 log-softmax), but the cases train
+# at lr 0.5, so two steps amplify fp32 rounding: fused's CPU flash path (another summation order) differed from
+# TRL by 1.4e-5 relative in kl_p95 at step 2. The bugs these cases catch (a missing bias correction, a wrong
+# normaliser, dropped aux loss) move the logged numbers by 1e-3 to 1 relative.
 
 
 def test_kl_bias_correction_defaults_to_trls_and_reaches_grpo_config(tmp_path):
@@ -97,7 +101,7 @@ def test_kernel_path_trains_like_trl(tmp_path, case, backend):
             if a[key] is None:  # undefined on TRL's path (beta 0: no reference model): undefined here too
                 assert b[key] is None, (key, b["step"])
             else:
-                assert b[key] == pytest.approx(a[key], rel=1e-5, abs=1e-7), (key, b["step"])
+                assert b[key] == pytest.approx(a[key], rel=5e-5, abs=1e-7), (key, b["step"])
     # the cases have teeth: a real update, a measured KL, the reward shaping actually in play
     assert any(h["grad_norm"] > 1e-3 for h in ref)
     if "algo.beta=0.0" in CASES[case][0]:

@@ -6,7 +6,12 @@
 Shape is tokens N, hidden H, vocab V (N = B * seq_len sequences, all tokens unmasked). The loss is
 GRPO with off-policy old log-probs and a k3 KL to reference log-probs (beta 0.04); the LM head weight is
 frozen (no weight gradient), as in LoRA or frozen-head training. Anchor `two_gemm`: `Z = h @ W.T` then
-`Z @ W`, the arithmetic any exact method has to do, timed the same way.
+`Z @ W` in the input dtype (with `--dtype bf16`: two bf16 GEMMs, bf16 logits, what plain bf16 matmuls
+cost), the arithmetic any exact method has to do, timed the same way.
+
+`fused@VARIANT` runs `fused` with module switches of `posttrain.kernels.fused` (FUSED_VARIANTS), so
+the alternatives are timed in the same invocation: `fused@tiles` (the torch tile loop instead of ATen's
+CPU flash-attention kernel), `fused@upcast` (bf16 inputs: fp32 GEMMs on upcast chunks).
 
 Each (backend, round) is a fresh subprocess: it builds the inputs, runs once untimed at a small token
 count (imports, allocator warm-up), then times one full-size forward+backward. Rounds run round-robin
@@ -14,7 +19,8 @@ over the backends, so drifting machine load hits all of them alike; `seconds` is
 `peak_mib` is the peak resident-set growth over the inputs (the process's VmHWM, reset through
 /proc/self/clear_refs after the inputs are built; a 2 ms RSS sampler where that is not writable), max
 over rounds. One JSON line per backend: seconds, times, peak_mib, ratio_vs_eager, ratio_vs_two_gemm,
-mem_ratio_vs_eager.
+mem_ratio_vs_eager, loadavg (per round, the 1-minute load average when its timed step started; it includes
+the benchmark's own earlier rounds, ~2 on an otherwise idle 2-core machine).
 """
 
 from __future__ import annotations
@@ -26,6 +32,8 @@ import subprocess
 import sys
 import threading
 import time
+
+FUSED_VARIANTS = {"tiles": {"CPU_FLASH": False}, "upcast": {"BF16_NATIVE": False}}
 
 
 def _rss_kib(field: str = "VmRSS") -> int:
@@ -105,13 +113,19 @@ def worker(args) -> dict:
 
     if args.threads:
         torch.set_num_threads(args.threads)
+    backend, _, variant = args.backend.partition("@")
+    if variant:
+        from posttrain.kernels import fused
+
+        for name, value in FUSED_VARIANTS[variant].items():
+            setattr(fused, name, value)
     N, H, V = args.shape
     dtype = {"fp32": torch.float32, "bf16": torch.bfloat16}[args.dtype]
     inputs = _inputs(N, H, V, dtype, args.seq_len)
     hidden, weight, ids, mask, adv, old, ref = inputs
     t = min(16, ids.shape[1])
     _step(
-        args.backend,
+        backend,
         hidden[:1, :t].detach().clone().requires_grad_(),
         weight,
         ids[:1, :t],
@@ -123,13 +137,14 @@ def worker(args) -> dict:
     import gc
 
     gc.collect()
+    load = os.getloadavg()[0]
     meter = _PeakRSS()
     meter.start()
     t0 = time.perf_counter()
-    _step(args.backend, *inputs)
+    _step(backend, *inputs)
     seconds = time.perf_counter() - t0
     peak = meter.stop()
-    return {"backend": args.backend, "seconds": seconds, "peak_mib": peak}
+    return {"backend": args.backend, "seconds": seconds, "peak_mib": peak, "loadavg": load}
 
 
 def _run_worker(backend: str, args) -> dict:
@@ -187,6 +202,9 @@ def main(argv: list[str] | None = None) -> int:
 
         args.backends = ",".join(native_backends("cuda" if torch.cuda.is_available() else "cpu"))
     names = ["two_gemm"] + [b for b in args.backends.split(",") if b]
+    bad = [b for b in names if "@" in b and b.removeprefix("fused@") not in FUSED_VARIANTS]
+    if bad:
+        p.error(f"unknown variant(s) {bad}: only fused@{{{','.join(FUSED_VARIANTS)}}}")
     runs: dict[str, list[dict]] = {b: [] for b in names}
     for _ in range(args.rounds):
         for b in names:
@@ -202,6 +220,7 @@ def main(argv: list[str] | None = None) -> int:
                 "seconds": min(r["seconds"] for r in ok),
                 "times": [round(r["seconds"], 3) for r in ok],
                 "peak_mib": max(r["peak_mib"] for r in ok),
+                "loadavg": [round(r["loadavg"], 2) for r in ok],
             }
         )
     anchor, eager = best.get("two_gemm"), best.get("eager")
@@ -219,7 +238,12 @@ def main(argv: list[str] | None = None) -> int:
             failed = True
             rec["error"] = runs[b][-1].get("error")
         else:
-            rec.update(seconds=round(entry["seconds"], 3), times=entry["times"], peak_mib=round(entry["peak_mib"], 1))
+            rec.update(
+                seconds=round(entry["seconds"], 3),
+                times=entry["times"],
+                peak_mib=round(entry["peak_mib"], 1),
+                loadavg=entry["loadavg"],
+            )
             if eager:
                 rec["ratio_vs_eager"] = round(entry["seconds"] / eager["seconds"], 3)
                 rec["mem_ratio_vs_eager"] = round(entry["peak_mib"] / max(eager["peak_mib"], 1e-9), 4)

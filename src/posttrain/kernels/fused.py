@@ -5,18 +5,31 @@ For z = h W^T / T and logp = z_y - logsumexp(z), the gradient with respect to h 
     d logp / d h = (W_y - sum_j p_j W_j) / T = (W_y - e) / T,   e = softmax(z) @ W,
 
 and `e` does not depend on the upstream gradient. So the forward streams over `[token, vocab]` tiles and
-accumulates, with an online softmax, both log-sum-exp *and* `e` (a flash-attention forward whose keys
-and values are both W): two GEMMs per tile (`Z = h W_blk^T`, `e += exp(Z - m) W_blk`), nothing else of
+accumulates, with an online softmax, both log-sum-exp *and* `e` -- a flash-attention forward whose keys
+and values are both W: two GEMMs per tile (`Z = h W_blk^T`, `e += exp(Z - m) W_blk`), nothing else of
 size `[tokens, V]` kept. The backward is elementwise, `dh = g / T * (W_y - e)`, written over `e`'s
-storage: no GEMM, no recomputation. Everything accumulates in fp32 (bf16 inputs are upcast one
-vocabulary block at a time). When the LM head weight needs a gradient, the backward recomputes each
+storage: no GEMM, no recomputation. When the LM head weight needs a gradient, the backward recomputes each
 tile once for `dW = G^T h` (G = g (onehot - p) / T): four GEMMs in all, like any method that keeps no
 logits.
 
-Online softmax with a lazy maximum: each row keeps a reference `m` (the first tile's row maximum) and
-tiles are exponentiated as `exp(Z - m)` without a per-tile max pass; a tile whose row sum leaves
-[0, 2^100) is recomputed exactly with a new reference and the row's running sums are rescaled. Since
-fp32 has range 2^127 this keeps every kept term finite and the dominant ones normal.
+Two implementations of the forward:
+
+- CPU, fp32/bf16 (`CPU_FLASH`): it *is* attention with queries = hidden, keys = values = W, so it runs
+  ATen's CPU flash-attention kernel (`aten::_scaled_dot_product_flash_attention_for_cpu`, scale 1/T), which
+  returns exactly `e` and the fp32 log-sum-exp. Its `[256 tokens x 512 vocab]` blocks stay in cache and
+  the max/exp/sum pass is fused into one; the torch tile loop below spends ~12 % of its time in three
+  separate elementwise passes over 8 MiB tiles and its `[1024, 2048]` GEMMs ran slower than two whole
+  GEMMs (1.6x the two-GEMM anchor at N, H, V = 1024, 1024, 131072; see experiments/kernels/README.md).
+  bf16 inputs (`BF16_NATIVE`) run bf16 GEMMs with fp32 accumulation (AMX where the CPU has it): the logits,
+  the softmax and the log-sum-exp stay fp32, only `e` (gradient only) comes back rounded to bf16. There the
+  kernel packs a copy of keys and values, so the vocabulary goes in chunks (a 64 MiB copy at most, chunks
+  merged by their log-sum-exp); fp32 makes one call. The target logit is a separate N x H dot product.
+- Everywhere else (fp64, other devices, and the Triton fold's host loop): the torch tile loop, tiles of
+  TOKEN_BLOCK x VOCAB_BLOCK accumulated in fp32 (bf16 inputs upcast one vocabulary block at a time), with a
+  lazy maximum: each row keeps a reference `m` (the first tile's row maximum) and tiles are exponentiated
+  as `exp(Z - m)` without a per-tile max pass; a tile whose row sum leaves [0, 2^100) is recomputed exactly
+  with a new reference and the row's running sums are rescaled. Since fp32 has range 2^127 this keeps every
+  kept term finite and the dominant ones normal.
 """
 
 from __future__ import annotations
@@ -27,9 +40,15 @@ import torch
 
 from .loss import lm_head_gathered
 
-TOKEN_BLOCK = 1024
+TOKEN_BLOCK = 1024  # tile loop
 VOCAB_BLOCK = 2048
 _OVERFLOW = 2.0**100
+CPU_FLASH = True  # CPU fp32/bf16: ATen's flash-attention kernel (False: the tile loop)
+BF16_NATIVE = True  # flash path, bf16 inputs: bf16 GEMMs, fp32 accumulation (False: fp32 GEMMs on upcast chunks)
+FLASH_CHUNK: int | None = None  # vocabulary rows per flash call; None: all of V, or the copy budget below
+_FLASH_COPY_BYTES = 64 * 2**20  # bf16 (packed keys + values) or upcast weight copy, 4 * chunk * H bytes
+_GATHER_BYTES = 8 * 2**20  # gathered W_y rows per block (forward target logits, backward)
+_flash = getattr(torch.ops.aten, "_scaled_dot_product_flash_attention_for_cpu", None)
 
 
 def _fold_tile(
@@ -55,6 +74,101 @@ def _fold_tile(
     return True
 
 
+def _use_flash(hidden: torch.Tensor, weight: torch.Tensor, fold: Callable | None) -> bool:
+    ok = (torch.float32, torch.bfloat16)
+    return (
+        CPU_FLASH
+        and fold is None
+        and _flash is not None
+        and hidden.device.type == "cpu"
+        and hidden.dtype in ok
+        and weight.dtype in ok
+        and hidden.shape[0] > 0
+        and weight.shape[0] > 0
+    )  # the kernel divides by both (SIGFPE)
+
+
+def _flash_forward(hidden: torch.Tensor, weight: torch.Tensor, inv_t: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """(lse [N], e [N, H]), fp32, from ATen's CPU flash-attention kernel, one vocabulary chunk per call."""
+    N, H = hidden.shape
+    V = weight.shape[0]
+    native = BF16_NATIVE and hidden.dtype == weight.dtype == torch.bfloat16
+    dt = torch.bfloat16 if native else torch.float32
+    # the kernel reads rows as contiguous (it does not check): it gets contiguous copies where needed
+    copied = native or weight.dtype != dt or not weight.is_contiguous()  # bf16: it packs keys + values itself
+    chunk = FLASH_CHUNK or (max(512, _FLASH_COPY_BYTES // (4 * H)) if copied else V)
+    assert _flash is not None  # _use_flash checked it
+    q = hidden.to(dt).contiguous()[None, None]
+    lse: torch.Tensor | None = None
+    e: torch.Tensor | None = None
+    for v0 in range(0, V, chunk):
+        w = weight[v0 : v0 + chunk].to(dt).contiguous()[None, None]
+        out, lse_c = _flash(q, w, w, scale=inv_t)
+        out, lse_c = out.reshape(N, H), lse_c.reshape(N)
+        if lse is None or e is None:
+            lse, e = lse_c, out.to(torch.float32)
+            continue
+        new = torch.logaddexp(lse, lse_c)  # e = (e exp(lse) + out exp(lse_c)) / exp(new), no fp32 copy of out
+        e.mul_(torch.exp(lse - new).unsqueeze(1)).addcmul_(out, torch.exp(lse_c - new).unsqueeze(1))
+        lse = new
+    assert lse is not None and e is not None  # V > 0: _use_flash checked it
+    return lse, e
+
+
+def _row_block(H: int) -> int:
+    """Tokens per gathered `W_y` block: an 8 MiB fp32 temporary, and few ops (each one a parallel region)."""
+    return max(256, _GATHER_BYTES // (4 * H))
+
+
+def _target_logits(hidden: torch.Tensor, weight: torch.Tensor, targets: torch.Tensor, inv_t: float) -> torch.Tensor:
+    """z_y [N] = h . W_y / T in fp32, a block of gathered rows of W at a time."""
+    N, H = hidden.shape
+    z = torch.empty(N, dtype=torch.float32, device=hidden.device)
+    rows = _row_block(H)
+    for t0 in range(0, N, rows):
+        t1 = min(t0 + rows, N)
+        w_y = weight.index_select(0, targets[t0:t1]).to(torch.float32)
+        torch.linalg.vecdot(hidden[t0:t1].to(torch.float32), w_y, out=z[t0:t1])
+    return z.mul_(inv_t)
+
+
+def _tile_forward(hidden, weight, targets, temperature, token_block, vocab_block, fold):
+    """(logp, lse, e) by the torch tile loop (lazy maximum; `fold`: a device kernel folds each tile)."""
+    N, H = hidden.shape
+    V = weight.shape[0]
+    acc_dtype = torch.promote_types(hidden.dtype, torch.float32)
+    dev = hidden.device
+    hs = hidden.to(acc_dtype)
+    if temperature != 1.0:
+        hs = hs * (1.0 / temperature)
+    e = torch.zeros(N, H, dtype=acc_dtype, device=dev)  # becomes sum_j p_j W_j, then d hidden
+    m = torch.full((N,), float("-inf"), dtype=acc_dtype, device=dev)
+    s = torch.zeros(N, dtype=acc_dtype, device=dev)
+    tgt = torch.zeros(N, dtype=acc_dtype, device=dev)
+    buf = torch.empty(min(N, token_block) * min(V, vocab_block), dtype=acc_dtype, device=dev)
+    for v0 in range(0, V, vocab_block):
+        v1 = min(v0 + vocab_block, V)
+        w_blk = weight[v0:v1].to(acc_dtype)
+        for t0 in range(0, N, token_block):
+            t1 = min(t0 + token_block, N)
+            Z = buf[: (t1 - t0) * (v1 - v0)].view(t1 - t0, v1 - v0)
+            torch.mm(hs[t0:t1], w_blk.t(), out=Z)
+            if fold is not None:  # a device kernel folds the tile (triton_fold.fold_tile)
+                scale = fold(Z, targets[t0:t1], v0, m[t0:t1], s[t0:t1], tgt[t0:t1])
+                e[t0:t1].mul_(scale.unsqueeze(1)).addmm_(Z, w_blk)
+                continue
+            loc = targets[t0:t1] - v0
+            inside = (loc >= 0) & (loc < v1 - v0)
+            z_y = Z.gather(1, loc.clamp(0, v1 - v0 - 1).unsqueeze(1)).squeeze(1)
+            tgt[t0:t1] = torch.where(inside, z_y, tgt[t0:t1])
+            if not _fold_tile(Z, m[t0:t1], s[t0:t1], e[t0:t1], w_blk, exact=v0 == 0):
+                torch.mm(hs[t0:t1], w_blk.t(), out=Z)  # rare: a row max far above its reference
+                _fold_tile(Z, m[t0:t1], s[t0:t1], e[t0:t1], w_blk, exact=True)
+    lse = m + torch.log(s)
+    e.div_(s.unsqueeze(1))
+    return tgt - lse, lse, e
+
+
 class FusedLinearLogProb(torch.autograd.Function):
     """logp [N] = log_softmax(hidden @ weight.T / T)[targets], never holding more than one tile of logits."""
 
@@ -69,49 +183,20 @@ class FusedLinearLogProb(torch.autograd.Function):
         vocab_block: int,
         fold: Callable | None = None,
     ):
-        N, H = hidden.shape
-        V = weight.shape[0]
-        acc_dtype = torch.promote_types(hidden.dtype, torch.float32)
-        dev = hidden.device
-        hs = hidden.to(acc_dtype)
-        if temperature != 1.0:
-            hs = hs * (1.0 / temperature)
-        e = torch.zeros(N, H, dtype=acc_dtype, device=dev)  # becomes sum_j p_j W_j, then d hidden
-        m = torch.full((N,), float("-inf"), dtype=acc_dtype, device=dev)
-        s = torch.zeros(N, dtype=acc_dtype, device=dev)
-        tgt = torch.zeros(N, dtype=acc_dtype, device=dev)
-        buf = torch.empty(min(N, token_block) * min(V, vocab_block), dtype=acc_dtype, device=dev)
-        for v0 in range(0, V, vocab_block):
-            v1 = min(v0 + vocab_block, V)
-            w_blk = weight[v0:v1].to(acc_dtype)
-            for t0 in range(0, N, token_block):
-                t1 = min(t0 + token_block, N)
-                Z = buf[: (t1 - t0) * (v1 - v0)].view(t1 - t0, v1 - v0)
-                torch.mm(hs[t0:t1], w_blk.t(), out=Z)
-                if fold is not None:  # a device kernel folds the tile (triton_fold.fold_tile)
-                    scale = fold(Z, targets[t0:t1], v0, m[t0:t1], s[t0:t1], tgt[t0:t1])
-                    e[t0:t1].mul_(scale.unsqueeze(1)).addmm_(Z, w_blk)
-                    continue
-                loc = targets[t0:t1] - v0
-                inside = (loc >= 0) & (loc < v1 - v0)
-                z_y = Z.gather(1, loc.clamp(0, v1 - v0 - 1).unsqueeze(1)).squeeze(1)
-                tgt[t0:t1] = torch.where(inside, z_y, tgt[t0:t1])
-                if not _fold_tile(Z, m[t0:t1], s[t0:t1], e[t0:t1], w_blk, exact=v0 == 0):
-                    torch.mm(hs[t0:t1], w_blk.t(), out=Z)  # rare: a row max far above its reference
-                    _fold_tile(Z, m[t0:t1], s[t0:t1], e[t0:t1], w_blk, exact=True)
-        lse = m + torch.log(s)
-        e.div_(s.unsqueeze(1))
-        logp = tgt - lse
-        ctx.save_for_backward(hs, weight, targets, lse, e)
+        if _use_flash(hidden, weight, fold):
+            lse, e = _flash_forward(hidden, weight, 1.0 / temperature)
+            logp = _target_logits(hidden, weight, targets, 1.0 / temperature) - lse
+        else:
+            logp, lse, e = _tile_forward(hidden, weight, targets, temperature, token_block, vocab_block, fold)
+        ctx.save_for_backward(hidden, weight, targets, lse, e)
         ctx.temperature = temperature
         ctx.blocks = (token_block, vocab_block)
-        ctx.hidden_dtype = hidden.dtype
         ctx.consumed = False
         return logp
 
     @staticmethod
     def backward(ctx, grad_logp: torch.Tensor):
-        hs, weight, targets, lse, e = ctx.saved_tensors
+        hidden, weight, targets, lse, e = ctx.saved_tensors
         if ctx.consumed:
             raise RuntimeError(
                 "FusedLinearLogProb.backward: the forward's buffer was already turned into the "
@@ -120,20 +205,22 @@ class FusedLinearLogProb(torch.autograd.Function):
         ctx.consumed = True
         inv_t = 1.0 / ctx.temperature
         g = grad_logp.to(e.dtype)
-        N, H = hs.shape
+        N = hidden.shape[0]
         token_block, vocab_block = ctx.blocks
         grad_w = grad_h = None
         with lm_head_gathered(weight):  # ZeRO-3 re-partitions the head after the forward: gather it again
             if ctx.needs_input_grad[1]:
+                hs = hidden.to(e.dtype) * inv_t
                 grad_w = _weight_grad(hs, weight, targets, lse, g, token_block, vocab_block)
             if ctx.needs_input_grad[0]:
                 grad_h = e  # in place: dh = g/T * (W_y - e), a token block at a time
-                for t0 in range(0, N, 256):  # 256 gathered rows of W at a time: small temporary
-                    t1 = min(t0 + 256, N)
+                rows = _row_block(hidden.shape[1])
+                for t0 in range(0, N, rows):
+                    t1 = min(t0 + rows, N)
                     blk = grad_h[t0:t1]
                     w_y = weight.index_select(0, targets[t0:t1]).to(e.dtype)
                     blk.sub_(w_y).mul_((-inv_t * g[t0:t1]).unsqueeze(1))
-                grad_h = grad_h.to(ctx.hidden_dtype)
+                grad_h = grad_h.to(hidden.dtype)
         return grad_h, grad_w, None, None, None, None, None
 
 

@@ -33,8 +33,10 @@ Exit status: 0 pass, 1 gate failed, 2 option not supported by the backend (NotIm
 
 from __future__ import annotations
 
+import contextlib
 import json
 import sys
+from collections.abc import Iterator
 
 import torch
 
@@ -118,11 +120,22 @@ def make_inputs(cfg: dict) -> dict:
     )
 
 
-def _set_blocks(cfg: dict) -> None:
+@contextlib.contextmanager
+def _blocks(cfg: dict) -> Iterator[None]:
+    """The kernels' tile sizes set to the case's, and restored after (`run` is also called in-process by tests)."""
     from . import fused, pallas, triton_fold  # none imports triton or jax at module level
 
-    for mod in (fused, pallas, triton_fold):
+    saved = [(m, m.TOKEN_BLOCK, m.VOCAB_BLOCK) for m in (fused, pallas, triton_fold)]
+    flash_chunk = fused.FLASH_CHUNK
+    for mod, _, _ in saved:
         mod.TOKEN_BLOCK, mod.VOCAB_BLOCK = cfg["token_block"], cfg["vocab_block"]  # type: ignore[attr-defined]
+    fused.FLASH_CHUNK = cfg["vocab_block"]  # fused's CPU flash path: vocabulary chunks merged by log-sum-exp
+    try:
+        yield
+    finally:
+        for mod, token_block, vocab_block in saved:
+            mod.TOKEN_BLOCK, mod.VOCAB_BLOCK = token_block, vocab_block  # type: ignore[attr-defined]
+        fused.FLASH_CHUNK = flash_chunk
 
 
 def _loss_and_grads(inputs: dict, cfg: dict, backend: str, dtype: torch.dtype):
@@ -160,14 +173,14 @@ def run(cfg: dict) -> tuple[int, dict]:
     ok, why = available(backend)
     if not ok:
         return 3, {"kernels": backend, "unavailable": why}
-    _set_blocks(cfg)
     inputs = make_inputs(cfg)
     dtype = DTYPES[cfg["dtype"]]
     # the reference sees exactly the rounded values the kernel sees
     ref_inputs = {k: (v.to(dtype).double() if k in ("hidden", "weight") else v) for k, v in inputs.items()}
     loss_ref, grads_ref, _ = _loss_and_grads(ref_inputs, cfg, "eager", torch.float64)
     try:
-        loss, grads, stats = _loss_and_grads(inputs, cfg, backend, dtype)
+        with _blocks(cfg):
+            loss, grads, stats = _loss_and_grads(inputs, cfg, backend, dtype)
     except NotImplementedError as e:
         return 2, {"kernels": backend, "unsupported": str(e)}
     tol, grad_tol = TOL[cfg["dtype"]]
