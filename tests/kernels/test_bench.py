@@ -9,25 +9,14 @@ import sys
 import pytest
 
 
+def _bench(*args: str, timeout: int = 600) -> subprocess.CompletedProcess:
+    cmd = [sys.executable, "-m", "posttrain.bench", *args]
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+
+
 @pytest.mark.slow
 def test_bench_grpo_loss_small_shape():
-    proc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "posttrain.bench",
-            "grpo_loss",
-            "--shape",
-            "512,64,32768",
-            "--backends",
-            "eager,fused,fused@tiles",
-            "--rounds",
-            "1",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
+    proc = _bench("grpo_loss", "--shape", "512,64,32768", "--backends", "eager,fused,fused@tiles", "--rounds", "1")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     recs = {r["backend"]: r for r in map(json.loads, proc.stdout.strip().splitlines())}
     assert set(recs) == {"two_gemm", "eager", "fused", "fused@tiles"}
@@ -41,22 +30,9 @@ def test_bench_grpo_loss_small_shape():
 
 
 def test_bench_usage_errors():
-    proc = subprocess.run([sys.executable, "-m", "posttrain.bench", "nope"], capture_output=True, text=True)
+    proc = _bench("nope", timeout=120)
     assert proc.returncode == 2 and "grpo_loss" in proc.stderr
-    proc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "posttrain.bench",
-            "grpo_loss",
-            "--shape",
-            "8,8,64",
-            "--backends",
-            "fused@nope,eager@tiles",
-        ],
-        capture_output=True,
-        text=True,
-    )
+    proc = _bench("grpo_loss", "--shape", "8,8,64", "--backends", "fused@nope,eager@tiles", timeout=120)
     assert proc.returncode == 2 and "fused@nope" in proc.stderr and "eager@tiles" in proc.stderr
 
 
