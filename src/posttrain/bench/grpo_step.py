@@ -2,7 +2,7 @@
 
     python -m posttrain.bench grpo_step [--model smollm2_135m] [--batch 8] [--num-generations 4]
         [--completion-length 16] [--train lora|full] [--steps 6] [--warmup 2] [--rounds 3] [--threads 0]
-        [--experiment grpo_smollm2_add] [--set KEY=VALUE ...]
+        [--seed N] [--experiment grpo_smollm2_add] [--set KEY=VALUE ...] [--paths trl,posttrain]
 
 Paths (same model, prompts, reward functions and weights, batch, LoRA config and training recipe):
 - `trl` (the anchor): `trl.GRPOTrainer(model=<checkpoint dir>, peft_config=LoraConfig(...), args=GRPOConfig(...))`
@@ -15,15 +15,20 @@ The defaults are the `make train` configuration (`+experiment=grpo_smollm2_add`)
 
 Each (path, round) is one subprocess that builds its trainer, trains `warmup + steps` optimizer steps and times
 each phase of every step (`posttrain.bench.step_timer`: wrapped trainer methods and a callback, the same for both
-paths). Per round the medians over the timed steps; per path the round with the smallest median step time (the
-least disturbed by other load on a shared machine), all rounds' medians in `step_s_rounds`. One JSON line per path:
-seconds per step and its split, generated tokens per second, peak RSS (VmHWM, reset after the model is built), and
-`ratio_vs_trl` = posttrain / trl seconds per step; /proc/loadavg before and after each round in `loadavg`.
+paths; both write metrics.jsonl through posttrain's metrics callback, the per-step reward curve comes from it).
+Per round the means over the timed steps (so the split adds up to the step); per path the round with the
+smallest mean step time (the least disturbed by other load on a shared machine), all rounds' means in
+`step_s_rounds`. One JSON line per path:
+seconds per step and its split, generated tokens per second, peak RSS (VmHWM, reset after the model is built),
+`ratio_vs_trl` = posttrain / trl seconds per step (best rounds; `ratio_vs_trl_median`: median over rounds), the
+knobs each path ran with, every round's per-step rewards, /proc/loadavg before and after each round in `loadavg`.
+Exit status 0; 1 when a path failed (its record has `error`); 2 on usage errors.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import statistics
@@ -75,8 +80,11 @@ def overrides(args: argparse.Namespace) -> list[str]:
         f"model.lora.enabled={args.train == 'lora'}",
         f"trainer.max_steps={args.warmup + args.steps}",
         "trainer.progress_bar=false",
+        "trainer.save_steps=1000000000",  # no checkpoint inside the timed steps (the anchor saves none either)
         "data.heldout=0",
     ]
+    if args.seed is not None:
+        out.append(f"seed={args.seed}")
     return out + list(args.set or [])
 
 
@@ -91,7 +99,7 @@ def compose(overrides_: list[str]):
 
 
 def anchor_trainer(cfg, run_dir: Path, callbacks: list | None = None):
-    """Plain `trl.GRPOTrainer`: posttrain's data, rewards and tokenizer, the recipe's GRPOConfig keys, TRL's defaults."""
+    """Plain `trl.GRPOTrainer`: posttrain's data, rewards and tokenizer, the recipe's GRPOConfig keys, TRL defaults."""
     from trl import GRPOConfig, GRPOTrainer
 
     from posttrain.algos.grpo.build import grpo_args
@@ -116,6 +124,7 @@ def anchor_trainer(cfg, run_dir: Path, callbacks: list | None = None):
         save_strategy="no",
         report_to=[],
         disable_tqdm=True,
+        logging_steps=1,  # the per-step reward curve (TRL's default logs every 10th step)
         use_cpu=not torch.cuda.is_available(),
         **recipe,
     )
@@ -137,10 +146,30 @@ def posttrain_trainer(cfg, run_dir: Path, callbacks: list | None = None):
 
 
 def build(path: str, cfg, run_dir: Path, callbacks: list | None = None):
+    """The `path` trainer, with posttrain's metrics callback (`run_dir/metrics.jsonl`) first, as `train.py` has."""
     import transformers
 
+    from posttrain.callbacks import JsonlMetricsCallback
+
     transformers.set_seed(cfg.seed)  # as posttrain.run.train does, for both
+    callbacks = [JsonlMetricsCallback(run_dir / "metrics.jsonl"), *(callbacks or [])]
     return (anchor_trainer if path == "trl" else posttrain_trainer)(cfg, run_dir, callbacks)
+
+
+def knobs(trainer) -> dict[str, Any]:
+    """The speed-relevant settings a trainer actually runs with (read back from it, not from the config)."""
+    import torch
+
+    model = trainer.accelerator.unwrap_model(trainer.model)
+    return {
+        "param_dtype": str(next(model.parameters()).dtype).removeprefix("torch."),
+        "autocast": str(trainer.accelerator.mixed_precision),
+        "gradient_checkpointing": bool(trainer.args.gradient_checkpointing),
+        "kernels": getattr(trainer, "kernel_backend", "trl"),
+        "optim": str(getattr(trainer.args.optim, "value", trainer.args.optim)),
+        "attn": model.config._attn_implementation,
+        "threads": torch.get_num_threads(),
+    }
 
 
 def _loadavg() -> list[float]:
@@ -165,26 +194,32 @@ def worker(args: argparse.Namespace) -> dict[str, Any]:
 
     if args.threads:
         torch.set_num_threads(args.threads)
+    from posttrain.callbacks import read_metrics
+
     cfg = compose(overrides(args))
     with tempfile.TemporaryDirectory(prefix="grpo_step_") as tmp:
         trainer = build(args.path, cfg, Path(tmp))
         timer = StepTimer.attach(trainer)
-        try:  # peak RSS of training: reset the high-water mark once the model is built
+        with contextlib.suppress(OSError):  # peak RSS of training: reset the high-water mark once the model is built
             Path("/proc/self/clear_refs").write_text("5")
-        except OSError:
-            pass
+        start = time.perf_counter()
         trainer.train()
+        train_s = time.perf_counter() - start
+        rewards = [m.get("reward") for m in read_metrics(Path(tmp) / "metrics.jsonl") if "reward" in m]
     steps = timer.steps[args.warmup :]
-    med = {k: statistics.median(s[k] for s in steps) for k in ("total", *PHASES)}
+    mean = {k: statistics.fmean(s[k] for s in steps) for k in ("total", *PHASES)}  # means: the split adds up
     gen_s = sum(s["generation"] for s in steps)
     return {
         "path": args.path,
-        "step_s": med["total"],
-        "split_s": {p: med[p] for p in PHASES},
+        "step_s": mean["total"],
+        "step_s_median": statistics.median(s["total"] for s in steps),
+        "split_s": {p: mean[p] for p in PHASES},
         "gen_tokens_per_s": sum(s["completion_tokens"] for s in steps) / gen_s if gen_s else None,
         "peak_rss_mib": _vm_kib("VmHWM") / 1024,
         "steps": steps,
-        "threads": torch.get_num_threads(),
+        "train_s": train_s,
+        "rewards": rewards,
+        "knobs": knobs(trainer),
     }
 
 
@@ -200,7 +235,7 @@ def _run_worker(path: str, argv: list[str]) -> dict[str, Any]:
 
 
 def summarize(runs: dict[str, list[dict[str, Any]]], config: dict[str, Any]) -> list[dict[str, Any]]:
-    """One record per path: its best round (smallest median step time) and every round's median."""
+    """One record per path: its best round (smallest mean step time) and every round's mean."""
     out, best = [], {}
     for path, rounds in runs.items():
         ok = [r for r in rounds if "error" not in r]
@@ -216,7 +251,8 @@ def summarize(runs: dict[str, list[dict[str, Any]]], config: dict[str, Any]) -> 
             split_s={k: round(v, 3) for k, v in b["split_s"].items()},
             gen_tokens_per_s=round(b["gen_tokens_per_s"], 1) if b["gen_tokens_per_s"] else None,
             peak_rss_mib=round(max(r["peak_rss_mib"] for r in ok), 1),
-            threads=b["threads"],
+            knobs=b["knobs"],
+            rewards=[r["rewards"] for r in ok],
             loadavg=[r["loadavg"] for r in ok],
         )
         out.append(rec)
@@ -247,6 +283,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--paths", default=",".join(PATHS), help="comma list of: trl, posttrain")
     p.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
+    p.add_argument("--seed", type=int, default=None, help="the run seed (default: the preset's)")
     p.add_argument("--set", action="append", metavar="KEY=VALUE", help="extra config override (both paths)")
     p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--path", help=argparse.SUPPRESS)
@@ -255,11 +292,21 @@ def parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    args = parser().parse_args(argv)
+    p = parser()
+    args = p.parse_args(argv)
+    paths = [x for x in args.paths.split(",") if x]
+    if not paths or set(paths) - set(PATHS) or len(set(paths)) != len(paths):
+        p.error(f"--paths {args.paths!r}: a comma list of distinct names from {', '.join(PATHS)}")
+    for name in ("steps", "rounds", "batch", "num_generations", "completion_length"):
+        if getattr(args, name) < 1:
+            p.error(f"--{name.replace('_', '-')} must be >= 1")
+    if args.warmup < 0 or args.threads < 0:
+        p.error("--warmup and --threads must be >= 0")
+    if args.batch % args.num_generations:
+        p.error(f"--batch {args.batch} must be a multiple of --num-generations {args.num_generations}")
     if args.worker:
         print(json.dumps(worker(args)), flush=True)
         return 0
-    paths = [p for p in args.paths.split(",") if p]
     config = {
         "model": args.model,
         "batch": args.batch,
@@ -267,7 +314,9 @@ def main(argv: list[str] | None = None) -> int:
         "completion_length": args.completion_length,
         "train": args.train,
         "steps": args.steps,
+        "warmup": args.warmup,
         "rounds": args.rounds,
+        "seed": args.seed,
         "set": args.set or [],
     }
     runs: dict[str, list[dict[str, Any]]] = {p: [] for p in paths}

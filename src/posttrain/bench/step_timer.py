@@ -11,7 +11,9 @@ Phases (seconds, per optimizer step; every trainer, TRL's or posttrain's, is ins
 - `loss_backward`: `training_step` minus the `_prepare_inputs` inside it (policy forward, loss, backward);
 - `optimizer`: from the end of the step's last `training_step` to `on_step_end` (gradient clipping,
   `optimizer.step`, scheduler, `zero_grad`);
-- `other`: the rest of the step (advantages, padding, logging bookkeeping): `total` minus the phases above.
+- `other`: the rest of the step: advantages, padding and bookkeeping inside `_prepare_inputs`, plus the logging
+  and checkpoint hook HF runs right after `on_step_end` (`_maybe_log_save_evaluate`, added to the step it follows).
+`total` runs from `on_step_begin` to the end of that hook, and `total == sum(PHASES)` by construction.
 `completion_tokens` counts the tokens sampled that step (EOS included), for generated tokens per second.
 """
 
@@ -33,6 +35,7 @@ class StepTimer(TrainerCallback):
         self._in_scoring = False
         self._step_start = 0.0
         self._last_train_end = 0.0
+        self._log_pending = False  # the step just ended still gets the logging/save hook's time
 
     @classmethod
     def attach(cls, trainer: Any) -> StepTimer:
@@ -42,6 +45,7 @@ class StepTimer(TrainerCallback):
         timer._wrap(trainer, "_prepare_inputs", "prepare")
         timer._wrap(trainer, "training_step", "train_step", mark_end=True)
         timer._wrap_scoring(trainer)
+        timer._wrap_log(trainer)
         trainer.add_callback(timer)
         return timer
 
@@ -78,7 +82,7 @@ class StepTimer(TrainerCallback):
 
         @functools.wraps(inner)
         def logps(*args, **kwargs):
-            if not self._in_scoring:
+            if not self._in_scoring:  # the policy pass inside the loss: part of loss_backward
                 return inner(*args, **kwargs)
             t0 = time.perf_counter()
             out = inner(*args, **kwargs)
@@ -87,6 +91,22 @@ class StepTimer(TrainerCallback):
 
         trainer._generate_and_score_completions = generate_and_score
         trainer._get_per_token_logps_and_entropies = logps
+
+    def _wrap_log(self, trainer: Any) -> None:
+        fn = trainer._maybe_log_save_evaluate
+
+        @functools.wraps(fn)
+        def timed(*args, **kwargs):
+            t0 = time.perf_counter()
+            out = fn(*args, **kwargs)
+            if self._log_pending and self.steps:  # once per step: HF calls it again at the end of an epoch
+                dt = time.perf_counter() - t0
+                self.steps[-1]["total"] += dt
+                self.steps[-1]["other"] += dt
+                self._log_pending = False
+            return out
+
+        trainer._maybe_log_save_evaluate = timed
 
     # -- callback ------------------------------------------------------------------------------------------------
     def on_step_begin(self, args, state, control, **kwargs):
@@ -108,3 +128,4 @@ class StepTimer(TrainerCallback):
         # `_prepare_inputs` holds generation, scoring and rewards; what else it does is bookkeeping
         rec["other"] = rec["total"] - sum(rec[p] for p in PHASES if p != "other")
         self.steps.append(rec)
+        self._log_pending = True
