@@ -192,6 +192,8 @@ def test_summary_failed_path_has_error_and_no_ratio():
         (["--warmup", "-1"], "--warmup"),
         (["--batch", "6", "--num-generations", "4"], "multiple of --num-generations"),
         (["--train", "qlora"], "invalid choice"),
+        (["--variant", "fp32"], "NAME:KEY=VALUE"),
+        (["--variant", "fp32:hw.precision"], "NAME:KEY=VALUE"),
     ],
 )
 def test_usage_errors(argv, message, capsys):
@@ -237,3 +239,14 @@ def test_bench_command_tiny(tmp_path):
     assert recs["posttrain"]["ratio_vs_trl"] == pytest.approx(
         recs["posttrain"]["step_s"] / recs["trl"]["step_s"], rel=0.01
     )
+
+
+def test_variant_overrides_reach_only_their_path():
+    argv = ["--set", "seed=5", "--variant", "a:hw.precision=bf16", "--variant", "a:kernels=fused", "--variant", "b:x=1"]
+    args = grpo_step.parser().parse_args(argv)
+    assert grpo_step.variants(args) == {"a": ["hw.precision=bf16", "kernels=fused"], "b": ["x=1"]}
+    ours = grpo_step.overrides(grpo_step.parser().parse_args([*argv, "--path", "posttrain:a"]))
+    assert ours[-3:] == ["seed=5", "hw.precision=bf16", "kernels=fused"]
+    for path in ("trl", "posttrain"):
+        plain = grpo_step.overrides(grpo_step.parser().parse_args([*argv, "--path", path]))
+        assert plain[-1] == "seed=5" and "kernels=fused" not in plain

@@ -3,6 +3,7 @@
     python -m posttrain.bench grpo_step [--model smollm2_135m] [--batch 8] [--num-generations 4]
         [--completion-length 16] [--train lora|full] [--steps 6] [--warmup 2] [--rounds 3] [--threads 0]
         [--seed N] [--experiment grpo_smollm2_add] [--set KEY=VALUE ...] [--paths trl,posttrain]
+        [--variant NAME:KEY=VALUE ...]
 
 Paths (same model, prompts, reward functions and weights, batch, LoRA config and training recipe):
 - `trl` (the anchor): `trl.GRPOTrainer(model=<checkpoint dir>, peft_config=LoraConfig(...), args=GRPOConfig(...))`
@@ -11,7 +12,10 @@ Paths (same model, prompts, reward functions and weights, batch, LoRA config and
   gradient checkpointing, HF `generate`, fp32 weights; a tiny offline model is passed as an instance).
 - `posttrain`: `posttrain.algos.grpo.ALGORITHM.build_trainer(cfg, ...)` on the composed config
   (`+experiment=<experiment>`, the hw profile applied), i.e. what `python train.py +experiment=...` trains.
-The defaults are the `make train` configuration (`+experiment=grpo_smollm2_add`).
+- `posttrain:NAME` (`--variant NAME:KEY=VALUE`, repeatable): posttrain's path with more overrides, e.g. a knob
+  switched back (`--variant fp32:hw.precision=fp32`), run in the same alternation.
+The defaults are the `make train` configuration (`+experiment=grpo_smollm2_add`). `--set` applies to every path;
+the anchor reads only the recipe keys and the model from the config, so it changes the anchor only through those.
 
 Each (path, round) is one subprocess that builds its trainer, trains `warmup + steps` optimizer steps and times
 each phase of every step (`posttrain.bench.step_timer`: wrapped trainer methods and a callback, the same for both
@@ -70,6 +74,15 @@ RECIPE_KEYS = (
 )
 
 
+def variants(args: argparse.Namespace) -> dict[str, list[str]]:
+    """`--variant NAME:KEY=VALUE` options grouped by name, in order."""
+    out: dict[str, list[str]] = {}
+    for item in args.variant or []:
+        name, _, override = item.partition(":")
+        out.setdefault(name, []).append(override)
+    return out
+
+
 def overrides(args: argparse.Namespace) -> list[str]:
     out = [
         f"+experiment={args.experiment}",
@@ -85,7 +98,10 @@ def overrides(args: argparse.Namespace) -> list[str]:
     ]
     if args.seed is not None:
         out.append(f"seed={args.seed}")
-    return out + list(args.set or [])
+    out += list(args.set or [])
+    if args.path and args.path.startswith("posttrain:"):
+        out += variants(args)[args.path.partition(":")[2]]
+    return out
 
 
 def compose(overrides_: list[str]):
@@ -198,7 +214,7 @@ def worker(args: argparse.Namespace) -> dict[str, Any]:
 
     cfg = compose(overrides(args))
     with tempfile.TemporaryDirectory(prefix="grpo_step_") as tmp:
-        trainer = build(args.path, cfg, Path(tmp))
+        trainer = build(args.path.partition(":")[0], cfg, Path(tmp))
         timer = StepTimer.attach(trainer)
         with contextlib.suppress(OSError):  # peak RSS of training: reset the high-water mark once the model is built
             Path("/proc/self/clear_refs").write_text("5")
@@ -284,7 +300,10 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--paths", default=",".join(PATHS), help="comma list of: trl, posttrain")
     p.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
     p.add_argument("--seed", type=int, default=None, help="the run seed (default: the preset's)")
-    p.add_argument("--set", action="append", metavar="KEY=VALUE", help="extra config override (both paths)")
+    p.add_argument("--set", action="append", metavar="KEY=VALUE", help="extra config override (every path)")
+    p.add_argument(
+        "--variant", action="append", metavar="NAME:KEY=VALUE", help="posttrain:NAME, posttrain with this override"
+    )
     p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--path", help=argparse.SUPPRESS)
     return p
@@ -304,6 +323,11 @@ def main(argv: list[str] | None = None) -> int:
         p.error("--warmup and --threads must be >= 0")
     if args.batch % args.num_generations:
         p.error(f"--batch {args.batch} must be a multiple of --num-generations {args.num_generations}")
+    for item in args.variant or []:
+        name, sep, override = item.partition(":")
+        if not name or not sep or "=" not in override:
+            p.error(f"--variant {item!r}: NAME:KEY=VALUE")
+    paths += [f"posttrain:{name}" for name in variants(args)]
     if args.worker:
         print(json.dumps(worker(args)), flush=True)
         return 0
@@ -318,6 +342,7 @@ def main(argv: list[str] | None = None) -> int:
         "rounds": args.rounds,
         "seed": args.seed,
         "set": args.set or [],
+        "variants": variants(args),
     }
     runs: dict[str, list[dict[str, Any]]] = {p: [] for p in paths}
     start = time.time()
