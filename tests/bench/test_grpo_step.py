@@ -84,6 +84,7 @@ def test_step_timer_attributes_each_phase():
     for step in timer.steps:
         assert step["completion_tokens"] == 5
         assert sum(step[p] for p in PHASES) == pytest.approx(step["total"], abs=1e-9)
+        assert 0 <= step["cpu_s"] < 0.05  # sleeping costs no CPU
         for phase, seconds in expected.items():  # sleep overshoots a little, never undershoots
             assert seconds - 1e-3 <= step[phase] <= seconds + 0.02, (phase, step)
     # the end-of-epoch log call is not added to the last step: the steps cover the wall time minus that call only
@@ -120,6 +121,7 @@ def test_step_timer_on_real_trainers(tiny_runs):
         for step, logged in zip(timer.steps, metrics, strict=True):
             assert sum(step[p] for p in PHASES) == pytest.approx(step["total"], abs=1e-9)
             assert all(step[p] >= 0 for p in PHASES), (path, step)
+            assert step["cpu_s"] > 0
             for phase in ("generation", "loss_backward", "optimizer"):
                 assert step[phase] > 0, (path, phase)
             assert step["scoring"] == 0.0  # beta=0, num_iterations=1: TRL skips the old and reference passes
@@ -157,6 +159,7 @@ def _round(step_s: float, **extra) -> dict:
         "split_s": {p: step_s / len(PHASES) for p in PHASES},
         "gen_tokens_per_s": 10.0,
         "peak_rss_mib": 100.0 + step_s,
+        "cpu_s": 2 * step_s,
         "knobs": {},
         "rewards": [0.5],
         "loadavg": [[1.0], [1.0]],
@@ -171,6 +174,7 @@ def test_summary_ratio_best_and_median_rounds():
     assert recs["posttrain"]["step_s"] == 1.2 and recs["trl"]["step_s"] == 3.0  # the least disturbed round
     assert recs["posttrain"]["ratio_vs_trl"] == pytest.approx(1.2 / 3.0, abs=1e-3)
     assert recs["posttrain"]["ratio_vs_trl_median"] == pytest.approx(1.5 / 4.0, abs=1e-3)
+    assert recs["posttrain"]["cpu_ratio_vs_trl"] == pytest.approx(1.2 / 3.0, abs=1e-3)
     assert recs["posttrain"]["step_s_rounds"] == [1.8, 1.2, 1.5]
     assert recs["posttrain"]["peak_rss_mib"] == 101.8  # the largest of all rounds
     assert recs["posttrain"]["model"] == "m"
@@ -230,7 +234,7 @@ def test_bench_command_tiny(tmp_path):
     recs = {r["path"]: r for r in map(json.loads, proc.stdout.strip().splitlines())}
     assert set(recs) == {"trl", "posttrain"}
     for r in recs.values():
-        assert {"step_s", "split_s", "gen_tokens_per_s", "peak_rss_mib", "ratio_vs_trl", "knobs", "loadavg"} <= r.keys()
+        assert {"step_s", "split_s", "gen_tokens_per_s", "peak_rss_mib", "ratio_vs_trl", "cpu_s", "knobs"} <= r.keys()
         assert set(r["split_s"]) == set(PHASES)
         assert sum(r["split_s"].values()) == pytest.approx(r["step_s"], abs=0.01)  # means add up (3-digit rounding)
         assert r["gen_tokens_per_s"] > 0 and r["peak_rss_mib"] > 50 and r["seed"] == 3

@@ -22,10 +22,11 @@ each phase of every step (`posttrain.bench.step_timer`: wrapped trainer methods 
 paths; both write metrics.jsonl through posttrain's metrics callback, the per-step reward curve comes from it).
 Per round the means over the timed steps (so the split adds up to the step); per path the round with the
 smallest mean step time (the least disturbed by other load on a shared machine), all rounds' means in
-`step_s_rounds`. One JSON line per path:
-seconds per step and its split, generated tokens per second, peak RSS (VmHWM, reset after the model is built),
-`ratio_vs_trl` = posttrain / trl seconds per step (best rounds; `ratio_vs_trl_median`: median over rounds), the
-knobs each path ran with, every round's per-step rewards, /proc/loadavg before and after each round in `loadavg`.
+`step_s_rounds`. One JSON line per path: seconds per step and its split; CPU seconds per step (`cpu_s`, less
+sensitive to other jobs' load than wall time; `cpu_ratio_vs_trl` from each path's smallest round); generated
+tokens per second; peak RSS (VmHWM, reset after the model is built); `ratio_vs_trl` = posttrain / trl seconds
+per step (best rounds; `ratio_vs_trl_median`: median over rounds); the knobs each path ran with; every round's
+per-step rewards; /proc/loadavg before and after each round in `loadavg`.
 Exit status 0; 1 when a path failed (its record has `error`); 2 on usage errors.
 """
 
@@ -229,6 +230,7 @@ def worker(args: argparse.Namespace) -> dict[str, Any]:
         "path": args.path,
         "step_s": mean["total"],
         "step_s_median": statistics.median(s["total"] for s in steps),
+        "cpu_s": statistics.fmean(s["cpu_s"] for s in steps),
         "split_s": {p: mean[p] for p in PHASES},
         "gen_tokens_per_s": sum(s["completion_tokens"] for s in steps) / gen_s if gen_s else None,
         "peak_rss_mib": _vm_kib("VmHWM") / 1024,
@@ -264,6 +266,8 @@ def summarize(runs: dict[str, list[dict[str, Any]]], config: dict[str, Any]) -> 
         rec.update(
             step_s=round(b["step_s"], 3),
             step_s_rounds=[round(r["step_s"], 3) for r in ok],
+            cpu_s=round(b["cpu_s"], 3),
+            cpu_s_rounds=[round(r["cpu_s"], 3) for r in ok],
             split_s={k: round(v, 3) for k, v in b["split_s"].items()},
             gen_tokens_per_s=round(b["gen_tokens_per_s"], 1) if b["gen_tokens_per_s"] else None,
             peak_rss_mib=round(max(r["peak_rss_mib"] for r in ok), 1),
@@ -279,6 +283,8 @@ def summarize(runs: dict[str, list[dict[str, Any]]], config: dict[str, Any]) -> 
                 rounds = [r["step_s"] for r in runs[rec["path"]] if "error" not in r]
                 anchor = [r["step_s"] for r in runs["trl"] if "error" not in r]
                 rec["ratio_vs_trl_median"] = round(statistics.median(rounds) / statistics.median(anchor), 3)
+                cpu = {p: min(r["cpu_s"] for r in runs[p] if "error" not in r) for p in (rec["path"], "trl")}
+                rec["cpu_ratio_vs_trl"] = round(cpu[rec["path"]] / cpu["trl"], 3)
     return out
 
 

@@ -15,6 +15,8 @@ Phases (seconds, per optimizer step; every trainer, TRL's or posttrain's, is ins
   and checkpoint hook HF runs right after `on_step_end` (`_maybe_log_save_evaluate`, added to the step it follows).
 `total` runs from `on_step_begin` to the end of that hook, and `total == sum(PHASES)` by construction.
 `completion_tokens` counts the tokens sampled that step (EOS included), for generated tokens per second.
+`cpu_s`: CPU seconds (user + system, all threads of the process) over the same span as `total`: on a machine
+shared with other jobs, wall time swings with their load while the CPU work of a step stays put.
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ class StepTimer(TrainerCallback):
         self._cur: dict[str, float] = {}
         self._in_scoring = False
         self._step_start = 0.0
+        self._step_cpu_start = 0.0
         self._last_train_end = 0.0
         self._log_pending = False  # the step just ended still gets the logging/save hook's time
 
@@ -103,6 +106,7 @@ class StepTimer(TrainerCallback):
                 dt = time.perf_counter() - t0
                 self.steps[-1]["total"] += dt
                 self.steps[-1]["other"] += dt
+                self.steps[-1]["cpu_s"] = time.process_time() - self._step_cpu_start
                 self._log_pending = False
             return out
 
@@ -112,6 +116,7 @@ class StepTimer(TrainerCallback):
     def on_step_begin(self, args, state, control, **kwargs):
         self._cur = {}
         self._step_start = time.perf_counter()
+        self._step_cpu_start = time.process_time()
 
     def on_step_end(self, args, state, control, **kwargs):
         end = time.perf_counter()
@@ -124,6 +129,7 @@ class StepTimer(TrainerCallback):
             "loss_backward": c.get("train_step", 0.0) - c.get("prepare", 0.0),
             "optimizer": end - self._last_train_end,
             "completion_tokens": c.get("completion_tokens", 0.0),
+            "cpu_s": time.process_time() - self._step_cpu_start,
         }
         # `_prepare_inputs` holds generation, scoring and rewards; what else it does is bookkeeping
         rec["other"] = rec["total"] - sum(rec[p] for p in PHASES if p != "other")
