@@ -99,6 +99,8 @@ def overrides(args: argparse.Namespace) -> list[str]:
     ]
     if args.seed is not None:
         out.append(f"seed={args.seed}")
+    if args.path == "trl":  # TRL's defaults: torch's threads; a tiny model instance built in fp32
+        out += ["hw.threads=null", "model.dtype=float32"]
     out += list(args.set or [])
     if args.path and args.path.startswith("posttrain:"):
         out += variants(args)[args.path.partition(":")[2]]
@@ -208,12 +210,11 @@ def worker(args: argparse.Namespace) -> dict[str, Any]:
     import torch
 
     from posttrain.bench.step_timer import PHASES, StepTimer
-
-    if args.threads:
-        torch.set_num_threads(args.threads)
     from posttrain.callbacks import read_metrics
 
-    cfg = compose(overrides(args))
+    cfg = compose(overrides(args))  # applies the hw profile, `hw.threads` included
+    if args.threads:  # the command line wins over the profile, for every path alike
+        torch.set_num_threads(args.threads)
     with tempfile.TemporaryDirectory(prefix="grpo_step_") as tmp:
         trainer = build(args.path.partition(":")[0], cfg, Path(tmp))
         timer = StepTimer.attach(trainer)
