@@ -254,3 +254,10 @@ def test_variant_overrides_reach_only_their_path():
     for path in ("trl", "posttrain"):
         plain = grpo_step.overrides(grpo_step.parser().parse_args([*argv, "--path", path]))
         assert plain[-1] == "seed=5" and "kernels=fused" not in plain
+
+
+def test_bench_batch_is_a_command_line_choice():
+    """hw=h200 sets a default batch of 32; the bench's --batch still decides (as it would on train.py's line)."""
+    args = grpo_step.parser().parse_args(["--model", "tiny_llama", "--batch", "8", "--set", "hw=h200"])
+    cfg = grpo_step.compose(grpo_step.overrides(args))
+    assert cfg.hw.name == "h200" and cfg.trainer.per_device_batch_size == 8

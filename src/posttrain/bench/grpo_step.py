@@ -108,12 +108,13 @@ def overrides(args: argparse.Namespace) -> list[str]:
 
 
 def compose(overrides_: list[str]):
-    """The composed config with the hw profile applied, as `posttrain.run.run` trains it."""
+    """The composed config with the hw profile applied, as `posttrain.run.run` trains it: the overrides count as the
+    command line's (a GPU profile's default batch does not replace `--batch`)."""
     from posttrain.config.compose import load_config
     from posttrain.hardware import apply_profile
 
     cfg = load_config(overrides_)
-    apply_profile(cfg, overrides=set())
+    apply_profile(cfg, overrides={o.split("=", 1)[0].lstrip("+~") for o in overrides_})
     return cfg
 
 
