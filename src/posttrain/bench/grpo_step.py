@@ -129,7 +129,9 @@ def anchor_trainer(cfg, run_dir: Path, callbacks: list | None = None):
     from posttrain.models.loader import checkpoint_location
     from posttrain.models.lora import lora_config
 
+    funcs: Any
     funcs, weights = reward_functions(cfg.data)
+    model: Any
     model, tokenizer = load(cfg, with_lora=False)  # the tokenizer (chat template) posttrain trains with
     if not cfg.model.tiny:
         del model
@@ -282,9 +284,9 @@ def summarize(runs: dict[str, list[dict[str, Any]]], config: dict[str, Any]) -> 
         for rec in out:
             if rec["path"] in best:
                 rec["ratio_vs_trl"] = round(best[rec["path"]]["step_s"] / best["trl"]["step_s"], 3)
-                rounds = [r["step_s"] for r in runs[rec["path"]] if "error" not in r]
-                anchor = [r["step_s"] for r in runs["trl"] if "error" not in r]
-                rec["ratio_vs_trl_median"] = round(statistics.median(rounds) / statistics.median(anchor), 3)
+                steps: list[float] = [r["step_s"] for r in runs[rec["path"]] if "error" not in r]
+                anchor: list[float] = [r["step_s"] for r in runs["trl"] if "error" not in r]
+                rec["ratio_vs_trl_median"] = round(statistics.median(steps) / statistics.median(anchor), 3)
                 cpu = {p: min(r["cpu_s"] for r in runs[p] if "error" not in r) for p in (rec["path"], "trl")}
                 rec["cpu_ratio_vs_trl"] = round(cpu[rec["path"]] / cpu["trl"], 3)
     return out
