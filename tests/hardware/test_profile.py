@@ -51,6 +51,18 @@ def test_tf32_sets_matmul_precision(compose):
         torch.set_float32_matmul_precision(before)
 
 
+def test_threads_set_torch_threads(compose):
+    before = torch.get_num_threads()
+    try:
+        torch.set_num_threads(2)
+        applied = apply_profile(compose("hw=h200"), overrides=set())  # null: torch's default stays
+        assert torch.get_num_threads() == 2 and "torch_threads" not in applied
+        applied = apply_profile(compose("hw=cpu", "hw.threads=1"), overrides=set())
+        assert torch.get_num_threads() == 1 and applied["torch_threads"] == 1
+    finally:
+        torch.set_num_threads(before)
+
+
 @pytest.mark.parametrize("model,impl", [("tiny_gpt_oss", "eager"), ("tiny_llama", "sdpa")])
 def test_attention_per_family(compose, model, impl):
     cfg = compose(f"model={model}", "hw=a100")

@@ -4,4 +4,4 @@ Names: `grpo_loss` (policy-loss backends vs eager and two plain GEMMs, see `post
 Absolute times are noisy on shared machines; compare the ratios measured side by side in one run.
 """
 
-BENCHES = ("grpo_loss",)
+BENCHES = ("grpo_loss", "grpo_step")

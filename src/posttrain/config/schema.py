@@ -83,6 +83,7 @@ class HwConfig:
     kernels: str | None = MISSING  # kernel backend this device prefers over the default `trl` (tpu: pallas)
     accelerate_config: str | None = MISSING  # conf/accelerate/<name>.yaml when num_devices > 1
     overhead_gib: float = MISSING  # framework overhead per device in the memory plan (CUDA context, allocator, libs)
+    threads: int | None = MISSING  # torch.set_num_threads (CPU work); null: torch's default, one per core
     force: bool = False  # train even when the memory plan says it does not fit
 
 

@@ -6,6 +6,7 @@ What a profile decides and where it lands:
 - attention: `model.attn_implementation` from `hw.attn_implementation[family]` when the model file leaves it null.
 - gradient checkpointing (`use_reentrant=False`): `posttrain.training_args.gradient_checkpointing` (HF Trainer).
 - `PYTORCH_CUDA_ALLOC_CONF`: set here (before the first CUDA allocation).
+- CPU threads: `hw.threads` -> `torch.set_num_threads` here (null: torch's default, one per core).
 - optimizer: `hw.optimizer`, or `hw.optimizer_fallback` when it needs bitsandbytes and that is not installed.
 - default batch: `hw.per_device_batch_size` replaces `trainer.per_device_batch_size` unless the command line
   set it (rounded up to a multiple of the algorithm's `batch_multiple`).
@@ -91,6 +92,9 @@ def apply_profile(cfg: DictConfig, overrides: set[str] | None = None) -> dict[st
     from posttrain.algos.registry import get_algorithm
 
     applied.update(get_algorithm(cfg.algo.name).apply_hardware(cfg, given))
+    if hw.threads:
+        torch.set_num_threads(int(hw.threads))
+        applied["torch_threads"] = int(hw.threads)
     if hw.tf32:
         torch.set_float32_matmul_precision("high")
         applied["float32_matmul_precision"] = "high"
