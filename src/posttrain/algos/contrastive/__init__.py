@@ -65,7 +65,7 @@ class Contrastive(Algorithm):
     def evaluate(self, cfg: DictConfig, run_dir: Path, checkpoint: Path | None) -> dict[str, Any]:
         from posttrain.algos.contrastive.evaluate import evaluate_checkpoint
 
-        return evaluate_checkpoint(cfg, checkpoint)
+        return evaluate_checkpoint(cfg, checkpoint, run_dir)
 
 
 ALGORITHM = Contrastive()
