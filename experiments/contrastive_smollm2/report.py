@@ -71,7 +71,9 @@ def base_table(out: list[str]) -> None:
         groups[f"task={r['task']}"].append(r)
         groups[f"attack={r['attack_type']}"].append(r)
         groups["held-out templates + witnesses" if r["heldout"] else "training templates + witnesses"].append(r)
-    for g, rs in groups.items():
+    order = ["all"] + sorted(g for g in groups if g != "all")
+    for g in order:
+        rs = groups[g]
         asr = [float(r["attack_success"]) for r in rs]
         util = [float(r["benign_word"]) for r in rs]
         exact = mean([float(r["benign_exact"]) for r in rs])
