@@ -124,6 +124,27 @@ def paired(out: list[str], rows: dict[str, dict]) -> None:
     out.append("")
 
 
+def breakdown(out: list[str], rows: dict[str, dict]) -> None:
+    """Held-out ASR per attack type and per task kind, for the base weights and every trained run."""
+    if not rows:
+        return
+    first = next(iter(rows.values()))["before"]
+    table = [("base", first)] + [(k, v["after"]) for k, v in rows.items()]
+    groups = sorted({f"attack={x['attack_type']}" for x in first} | {f"task={x['task']}" for x in first})
+
+    def member(x: dict, g: str) -> bool:
+        key, value = g.split("=")
+        return x["attack_type" if key == "attack" else "task"] == value
+
+    out.append("### Held-out ASR by attack type and task kind\n")
+    out.append("| weights | " + " | ".join(f"{g} (n={sum(member(x, g) for x in first)})" for g in groups) + " |")
+    out.append("|---|" + "---|" * len(groups))
+    for name, recs in table:
+        cells = [f"{mean([float(x['attack_success']) for x in recs if member(x, g)]):.3f}" for g in groups]
+        out.append(f"| {name} | " + " | ".join(cells) + " |")
+    out.append("")
+
+
 def run_facts(out: list[str]) -> None:
     """Wall time, CPU time, peak memory, load average, steps and last-window losses per run."""
     out.append("### Runs (wall clock on the shared 2-core machine; 1-min load average sampled every 30 s)\n")
@@ -145,11 +166,11 @@ def run_facts(out: list[str]) -> None:
             last = ms[-5:]
             if last:
                 steps = str(last[-1]["step"])
-                keys = [k for k in ("nce", "lm_loss", "nce_acc") if k in last[-1]]
+                keys = [k for k in ("nce", "lm_loss", "nce_acc", "sim_pos", "sim_inj") if k in last[-1]]
                 terms = ", ".join(f"{k} {mean([m[k] for m in last]):.3f}" for k in keys)
         summ = json.loads((path / "summary.json").read_text()) if (path / "summary.json").is_file() else {}
-        if summ.get("train_runtime") and steps != "-":
-            sps = f"{summ['train_runtime'] / int(steps):.1f}"
+        if summ.get("runtime_s") and steps != "-":
+            sps = f"{summ['runtime_s'] / int(steps):.1f}"
         load_s = f"{min(loads):.1f}-{max(loads):.1f}" if loads else "-"
         out.append(
             f"| {name} | {wall.group(1) if wall else '-'} | {cpu:.0f} | "
@@ -188,6 +209,7 @@ def main() -> None:
     base_table(out)
     rows = main_table(out)
     paired(out, rows)
+    breakdown(out, rows)
     run_facts(out)
     text = "\n".join(out)
     print(text)
