@@ -195,7 +195,8 @@ def plot(rows: dict[str, dict], path: Path) -> None:
             xs = [float(x[key]) for x in recs]
             m, (lo, hi) = mean(xs), ci(xs)
             color = "grey" if name == "base" else ("tab:blue" if name.startswith("contrastive") else "tab:orange")
-            ax.bar(i, m, color=color, yerr=[[m - lo], [hi - m]], capsize=4)
+            hatch = "//" if "lminj" in name else (".." if "_w" in name else None)  # LM loss on injected rows / dose
+            ax.bar(i, m, color=color, hatch=hatch, edgecolor="white", yerr=[[m - lo], [hi - m]], capsize=4)
         ax.set_xticks(range(len(bars)), [b[0] for b in bars], rotation=30, ha="right", fontsize=8)
         ax.set_ylim(0, 1)
         ax.set_title(title, fontsize=10)

@@ -27,8 +27,10 @@ declare -A RUNS=(
   # the same pair with the LM loss also on the injected rows (itself a robustness objective)
   [contrastive_lminj_s0]="+experiment=contrastive_smollm2 seed=0 algo.lm_on_injected=true"
   [lm_only_lminj_s0]="+experiment=contrastive_smollm2 seed=0 algo.lm_on_injected=true algo.contrastive_weight=0"
+  # dose: a tenth of the contrastive weight (between contrastive_s0 and lm_only_s0)
+  [contrastive_w01_s0]="+experiment=contrastive_smollm2 seed=0 algo.contrastive_weight=0.1"
 )
-ORDER=(base contrastive_s0 lm_only_s0 contrastive_s1 lm_only_s1 contrastive_lminj_s0 lm_only_lminj_s0)
+ORDER=(base contrastive_s0 lm_only_s0 contrastive_s1 lm_only_s1 contrastive_lminj_s0 lm_only_lminj_s0 contrastive_w01_s0)
 
 one() {
   local name=$1 dir=$OUT/$1
