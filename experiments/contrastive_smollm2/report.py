@@ -47,8 +47,23 @@ def fmt(xs: list[float]) -> str:
     return f"{mean(xs):.3f} [{lo:.3f}, {hi:.3f}]"
 
 
+ORDER = (  # run.sh's order; other folders follow by name
+    "base",
+    "contrastive_s0",
+    "contrastive_s1",
+    "lm_only_s0",
+    "lm_only_s1",
+    "contrastive_lminj_s0",
+    "lm_only_lminj_s0",
+    "contrastive_w01_s0",
+)
+
+
 def runs() -> dict[str, Path]:
-    return {p.name: p for p in sorted(RES.iterdir()) if p.is_dir()}
+    def key(p: Path) -> tuple[int, str]:
+        return (ORDER.index(p.name) if p.name in ORDER else len(ORDER), p.name)
+
+    return {p.name: p for p in sorted(RES.iterdir(), key=key) if p.is_dir()}
 
 
 def label(name: str) -> tuple[str, str]:
