@@ -100,12 +100,17 @@ def main_table(out: list[str]) -> dict[str, dict]:
     """Before (the base model: every run's eval_before is the same) and after, per run."""
     rows: dict[str, dict] = {}
     for name, path in runs().items():
-        if name == "base" or not (path / "eval_after.jsonl").is_file():
+        if name == "base":
             continue
-        rows[name] = {"before": load(path / "eval_before.jsonl"), "after": load(path / "eval_after.jsonl")}
+        if (path / "eval_after.jsonl").is_file():
+            rows[name] = {"before": load(path / "eval_before.jsonl"), "after": load(path / "eval_after.jsonl")}
+        elif (path / "eval_checkpoint-120.jsonl").is_file():  # scored afterwards with mode=eval (no "before")
+            rows[name] = {"before": None, "after": load(path / "eval_checkpoint-120.jsonl")}
     if not rows:
         return rows
-    first = next(iter(rows.values()))["before"]
+    first = next(r["before"] for r in rows.values() if r["before"] is not None)
+    for r in rows.values():
+        r["before"] = r["before"] if r["before"] is not None else first
     for name, r in rows.items():  # the same eval triplets in every run; the base replies are deterministic
         assert [x["id"] for x in r["before"]] == [x["id"] for x in first], name
     n = len(first)
