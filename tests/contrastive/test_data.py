@@ -18,7 +18,7 @@ from posttrain.data.contrastive import (
     pad_rows,
     write_jsonl,
 )
-from posttrain.data.contrastive.templates import ATTACK_TYPES, ATTACKS, TASK_KINDS
+from posttrain.data.contrastive.templates import ATTACK_TYPES, ATTACKS, TASK_KINDS, TASKS
 from posttrain.errors import DataError
 from posttrain.models.tokenizer import build_byte_tokenizer
 
@@ -142,3 +142,63 @@ def test_config_rules_fail_in_one_line(override, message):
 
     with pytest.raises(ConfigError, match=message.replace("(", r"\(").replace(")", r"\)")):
         load_config(["algo=contrastive", "data=contrastive_injection", override])
+
+
+def test_witness_split_keeps_heldout_witnesses_out_of_training(compose):
+    from posttrain.data.contrastive.templates import WITNESSES
+
+    assert not set(WITNESSES["train"]) & set(WITNESSES["heldout"])
+    train = generate_triplets(300, seed=0, split="train", witness_split=True)
+    assert {r["witness"] for r in train} == set(WITNESSES["train"]) and not any(r["witness_heldout"] for r in train)
+    ev = generate_triplets(300, seed=0, split="all", witness_split=True)
+    for r in ev:  # a held-out template asks for a held-out witness, a training template for a training one
+        assert r["witness_heldout"] == r["heldout"]
+        assert r["witness"] in WITNESSES["heldout" if r["heldout"] else "train"]
+    assert {r["witness"] for r in ev if r["heldout"]} == set(WITNESSES["heldout"])
+    # without the split (the default) held-out templates reuse the training witnesses
+    assert {r["witness"] for r in generate_triplets(300, seed=0, split="heldout")} <= set(WITNESSES["train"])
+    cfg = compose("algo=contrastive", "data=contrastive_injection", "data.params.witness_split=true")
+    assert all(r["witness_heldout"] for r in build_triplets(cfg.data, "eval") if r["heldout"])
+
+
+def test_training_rows_with_heldout_witnesses_are_refused(tmp_path, compose):
+    rows = generate_triplets(6, seed=0, split="train")
+    rows[3] = dict(rows[3], witness_heldout=True)
+    write_jsonl(rows, tmp_path / "leak.jsonl")
+    cfg = compose("algo=contrastive", "data=contrastive_jsonl", f"data.path={tmp_path / 'leak.jsonl'}")
+    with pytest.raises(DataError, match="1 training triplets use held-out witness words"):
+        build_triplets(cfg.data, "train")
+
+
+@pytest.mark.parametrize("position", ["start", "end"])
+def test_injection_position(position):
+    rows = generate_triplets(40, seed=1, split="all", injection_position=position)
+    default = generate_triplets(40, seed=1, split="all")
+    for r, d in zip(rows, default):
+        assert r["benign"] == d["benign"] and r["answer"] == d["answer"]  # only where the injection sits moves
+        data, inj = r["injected"]["data"], r["injection"]
+        fillers = [f for f in TASKS[r["task"]]["fillers"] if f in r["benign"]["data"]]
+        assert len(fillers) == 2
+        where = [data.index(inj) < data.index(f) for f in fillers]  # before each filler line?
+        assert where == ([True, True] if position == "start" else [False, False])
+        if position == "end" and r["task"] != "code":  # code: the injection is the last comment before `return`
+            assert data.endswith(inj)
+    with pytest.raises(ValueError, match="injection_position='middle'"):
+        generate_triplets(2, injection_position="middle")
+
+
+def test_eval_templates_heldout_and_extra_attack_types(compose):
+    types = "[answer_note,reply_order]"
+    over = ("algo=contrastive", "data=contrastive_injection", f"data.params.attack_types={types}")
+    cfg = compose(*over, "data.params.eval_templates=heldout", "data.num_eval=40", "data.num_train=60")
+    ev = build_triplets(cfg.data, "eval")
+    assert len(ev) == 40 and all(r["heldout"] for r in ev)
+    assert {r["attack_type"] for r in ev} == {"answer_note", "reply_order"}
+    train = build_triplets(cfg.data, "train")
+    heldout = {ATTACKS[t]["heldout"][i] for t in ("answer_note", "reply_order") for i in range(2)}
+    assert {r["template_id"].split("/")[0] for r in train} == {"answer_note", "reply_order"}
+    assert not {ATTACKS[r["attack_type"]]["train"][int(r["template_id"].split("/")[2])] for r in train} & heldout
+    # the new types are opt-in: the default set is unchanged
+    assert "answer_note" not in ATTACK_TYPES
+    with pytest.raises(DataError, match="eval_templates='train' is not one of all, heldout"):
+        build_triplets(compose(*over, "data.params.eval_templates=train").data, "eval")

@@ -83,6 +83,31 @@ def test_lm_loss_is_shifted_like_the_causal_lm(tiny):
     assert torch.allclose(mine, ref, atol=1e-5)
 
 
+@pytest.mark.parametrize("on_injected", [True, False])
+def test_lm_on_injected_selects_the_rows_the_trainer_scores(compose, tmp_path, tiny, on_injected):
+    """The trainer's LM term reads the injected rows only with algo.lm_on_injected; the plan counts what it reads."""
+    from posttrain.algos.registry import get_algorithm
+
+    _, model, tok, batch = tiny
+    cfg = compose(*TINY, f"algo.lm_on_injected={str(on_injected).lower()}", run_dir=tmp_path)
+    assert lm_rows(12, False, with_injected=on_injected).tolist() == [True] * 4 + [False] * 4 + [on_injected] * 4
+    trainer = build_trainer(cfg, tmp_path)
+    trainer.model, trainer.run_cfg = model, cfg
+    trainer.run_cfg.algo.contrastive_weight = 0.0  # the LM term alone
+    model.eval()
+    with torch.no_grad():
+        loss = trainer.compute_loss(model, batch)
+        out = model(batch["input_ids"], batch["attention_mask"], batch["pool_mask"])
+        rows = lm_rows(12, False, with_injected=on_injected)
+        ref = shifted_lm_loss(out.hidden[rows], batch["labels"][rows], model.output_embeddings())
+        benign_only = shifted_lm_loss(out.hidden[:4], batch["labels"][:4], model.output_embeddings())
+    model.train()
+    assert torch.allclose(loss, ref, atol=1e-6)
+    assert torch.allclose(loss, benign_only, atol=1e-6) is (not on_injected)
+    seq = cfg.algo.max_length
+    assert get_algorithm("contrastive").workload(cfg).logit_tokens == seq * (1 + on_injected) // 3
+
+
 def test_lm_loss_scores_the_next_token():
     """hidden[t] points at token t+1: the shifted loss is ~0; scoring token t instead would be large."""
     labels = torch.tensor([[-100, -100, 3, 1, 2]])

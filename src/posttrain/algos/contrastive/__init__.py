@@ -36,13 +36,14 @@ class Contrastive(Algorithm):
         validate_contrastive(cfg)
 
     def workload(self, cfg: DictConfig) -> Workload:
-        """Every example is a triplet: x3 sequences; the LM loss reads the benign and injected rows (+ the
-        counterfactual with `lm_on_counterfactual`); the projection head (counted from the module) trains too."""
+        """Every example is a triplet: x3 sequences; the LM loss reads the benign rows, the injected ones unless
+        `lm_on_injected` is false, the counterfactual with `lm_on_counterfactual`; the projection head (counted
+        from the module) trains too."""
         from posttrain.algos.contrastive.model import head_parameter_count
 
         algo, batch = cfg.algo, int(cfg.trainer.per_device_batch_size)
         seq = int(algo.max_length)
-        lm_views = (2 + bool(algo.lm_on_counterfactual)) if float(algo.lm_weight) else 0
+        lm_views = (1 + bool(algo.lm_on_injected) + bool(algo.lm_on_counterfactual)) if float(algo.lm_weight) else 0
         return Workload(
             seqs=batch * VIEWS,
             seq_len=seq,
@@ -65,7 +66,7 @@ class Contrastive(Algorithm):
     def evaluate(self, cfg: DictConfig, run_dir: Path, checkpoint: Path | None) -> dict[str, Any]:
         from posttrain.algos.contrastive.evaluate import evaluate_checkpoint
 
-        return evaluate_checkpoint(cfg, checkpoint)
+        return evaluate_checkpoint(cfg, checkpoint, run_dir)
 
 
 ALGORITHM = Contrastive()

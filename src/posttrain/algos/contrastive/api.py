@@ -43,12 +43,18 @@ def build_trainer(cfg: DictConfig, run_dir: Path, callbacks: list | None = None)
 
 
 def summarize(cfg: DictConfig, trainer, run_dir: Path) -> dict[str, Any]:
-    """Attack success and utility of the starting weights ('before') and the trained ones ('after')."""
+    """Attack success and utility of the starting weights ('before') and the trained ones ('after'); the
+    per-example records in `eval_before.jsonl` / `eval_after.jsonl` of the run dir."""
     if not cfg.algo.eval_at_end or cfg.data.num_eval <= 0:
         return {}
-    from posttrain.algos.contrastive.evaluate import evaluate_model, evaluate_start, flat
+    from posttrain.algos.contrastive.evaluate import evaluate_model, evaluate_start, flat, write_records
+    from posttrain.data.contrastive import build_triplets
 
+    rows = build_triplets(cfg.data, "eval")
     trained = trainer.accelerator.unwrap_model(trainer.model)
-    after = evaluate_model(cfg, trained, trainer.processing_class)
-    before = evaluate_start(cfg, trained, trainer.processing_class)  # same model object: no second base copy
+    after = evaluate_model(cfg, trained, trainer.processing_class, rows=rows, return_replies=True)
+    # same model object: no second base copy
+    before = evaluate_start(cfg, trained, trainer.processing_class, rows=rows, return_replies=True)
+    for tag, result in (("before", before), ("after", after)):
+        write_records(Path(run_dir) / f"eval_{tag}.jsonl", rows, result.pop("replies"))
     return {"eval_before": before, "eval_after": after, **flat(before, "_before"), **flat(after, "_after")}

@@ -16,7 +16,8 @@ class ContrastiveAlgoConfig:
     temperature: float = 0.1  # InfoNCE temperature on cosine similarities
     contrastive_weight: float = 1.0
     lm_weight: float = 1.0
-    lm_on_counterfactual: bool = False  # LM loss on benign + injected always; the paraphrase on request
+    lm_on_counterfactual: bool = False  # LM loss on benign always, injected per lm_on_injected; paraphrase on request
+    lm_on_injected: bool = True  # false: no LM loss on injected rows (only the contrastive term sees injections)
     in_batch_negatives: bool = True  # other examples' members are negatives too (else only the own injection)
     pool: str = "prompt"  # masked-mean pooling over prompt tokens | all real tokens
     head_hidden_dim: int = 256  # 0: linear projection head

@@ -9,7 +9,8 @@ LM's representation can push the injection away.
 
 LM loss: next-token cross-entropy, shifted (position t predicts label t+1), on assistant tokens only, for the
 benign and the injected rows (the model must answer the benign request even when the data carries an
-injection); logits are formed only at labelled positions, in fp32.
+injection; `algo.lm_on_injected=false` leaves the injected rows to the contrastive term alone, and
+`algo.lm_on_counterfactual=true` adds the paraphrases); logits are formed only at labelled positions, in fp32.
 """
 
 from __future__ import annotations
@@ -57,12 +58,17 @@ def info_nce_bounds(batch_size: int, temperature: float) -> tuple[float, float]:
     return 0.0, math.log(1 + (2 * batch_size - 1) * math.exp(2 / temperature))
 
 
-def lm_rows(n_rows: int, with_counterfactual: bool, device: torch.device | None = None) -> torch.Tensor:
-    """Boolean row selector for the LM loss: benign and injected blocks (+ counterfactual on request)."""
+def lm_rows(
+    n_rows: int, with_counterfactual: bool, device: torch.device | None = None, with_injected: bool = True
+) -> torch.Tensor:
+    """Boolean row selector for the LM loss: the benign block, the injected block unless `with_injected` is
+    false, the counterfactual block when `with_counterfactual`."""
     b = n_rows // 3
     rows = torch.ones(n_rows, dtype=torch.bool, device=device)
     if not with_counterfactual:
         rows[b : 2 * b] = False
+    if not with_injected:
+        rows[2 * b :] = False
     return rows
 
 

@@ -41,7 +41,7 @@ class ContrastiveTrainer(LossTermsMixin, AtomicCheckpointMixin, Trainer):
             input_ids=inputs["input_ids"], attention_mask=inputs["attention_mask"], pool_mask=inputs["pool_mask"]
         )
         nce, stats = info_nce(out.z, algo.temperature, algo.in_batch_negatives)
-        rows = lm_rows(out.hidden.shape[0], algo.lm_on_counterfactual, out.hidden.device)
+        rows = lm_rows(out.hidden.shape[0], algo.lm_on_counterfactual, out.hidden.device, algo.lm_on_injected)
         lm = shifted_lm_loss(out.hidden[rows], inputs["labels"][rows], self._unwrapped(model).output_embeddings())
         loss = algo.contrastive_weight * nce + algo.lm_weight * lm
         check_finite_loss(loss, self.state.global_step + 1)

@@ -32,18 +32,27 @@ def _param(data_cfg: DictConfig, key: str, default: Any) -> Any:
 
 
 def build_triplets(data_cfg: DictConfig, split: str) -> list[dict[str, Any]]:
-    """Rows for `split` (train | eval). Training never holds held-out attack templates unless
-    `data.params.train_templates=all` (the deliberately vulnerable 'before' model of the experiment)."""
+    """Rows for `split` (train | eval). Training never holds held-out attack templates or held-out witness words
+    unless `data.params.train_templates=all` (the deliberately vulnerable 'before' model of the experiment).
+
+    Generator options (`data.params`): task_kinds, attack_types, train_templates (train | all), eval_templates
+    (all: fresh eval rows over every template | heldout: held-out templates only), witness_split,
+    injection_position (see `posttrain.data.contrastive.generate`)."""
     train_templates = _param(data_cfg, "train_templates", "train")
     if data_cfg.source == "generator":
+        eval_templates = _param(data_cfg, "eval_templates", "all")
+        if eval_templates not in ("all", "heldout"):
+            raise DataError(f"data.params.eval_templates={eval_templates!r} is not one of all, heldout")
         kw = dict(
             task_kinds=_param(data_cfg, "task_kinds", list(TASK_KINDS)),
             attack_types=_param(data_cfg, "attack_types", list(ATTACK_TYPES)),
+            witness_split=bool(_param(data_cfg, "witness_split", False)),
+            injection_position=_param(data_cfg, "injection_position", "any"),
         )
         if split == "train":
             rows = generate_triplets(data_cfg.num_train, data_cfg.seed, train_templates, **kw)
-        else:  # eval: fresh examples over every template, train and held-out
-            rows = generate_triplets(data_cfg.num_eval, data_cfg.seed, "all", **kw)
+        else:  # eval: fresh examples over every template (train and held-out), or the held-out ones only
+            rows = generate_triplets(data_cfg.num_eval, data_cfg.seed, eval_templates, **kw)
     elif data_cfg.source == "jsonl":
         path = data_cfg.path if split == "train" else _param(data_cfg, "eval_path", None)
         if not path:
@@ -57,6 +66,9 @@ def build_triplets(data_cfg: DictConfig, split: str) -> list[dict[str, Any]]:
         leaked = [r["id"] for r in rows if r["heldout"]]
         if leaked:
             raise DataError(f"{len(leaked)} training triplets use held-out attack templates (first: {leaked[0]})")
+        leaked = [r["id"] for r in rows if r["witness_heldout"]]
+        if leaked:
+            raise DataError(f"{len(leaked)} training triplets use held-out witness words (first: {leaked[0]})")
     if not rows:
         raise DataError(f"data {data_cfg.name!r} has no {split} triplets")
     return rows

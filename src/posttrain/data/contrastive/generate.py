@@ -6,6 +6,12 @@ One triplet shares a task, its data and its expected answer:
 - injected: request A + the same data with an attack instruction embedded inside it (an email body line, a
   passage sentence, a code comment, a calendar note, a document paragraph).
 The row schema is documented in `posttrain.data.contrastive.schema`.
+
+Options (`data.params.*` of `data=contrastive_injection`, passed through `build_triplets`):
+- `witness_split` (default false): held-out templates ask for held-out witness words (`templates.WITNESSES`),
+  training templates for training ones; the row's `witness_heldout` says which.
+- `injection_position` (default any): where the injection goes among the data's filler lines — any (random
+  slot: before, between or after them), start, or end (last line of the data).
 """
 
 from __future__ import annotations
@@ -18,15 +24,26 @@ from pathlib import Path
 from typing import Any
 
 from posttrain.data.contrastive.schema import validate_row
-from posttrain.data.contrastive.templates import ATTACK_TYPES, TASK_KINDS, TASKS, WITNESS_WORDS, templates
+from posttrain.data.contrastive.templates import (
+    ATTACK_TYPES,
+    ATTACKS,
+    TASK_KINDS,
+    TASKS,
+    is_heldout,
+    templates,
+    witness_pool,
+)
+
+POSITIONS = ("any", "start", "end")
 
 
-def _data(kind: str, answer: str, rng: random.Random, injection: str | None) -> tuple[str, str]:
+def _data(kind: str, answer: str, rng: random.Random, injection: str | None, position: str = "any") -> tuple[str, str]:
     """(data text, request fill-in topic) for one task kind; `injection` goes inside the data when given."""
     spec = TASKS[kind]
     # every draw happens whether or not there is an injection, so both versions share the same data
     fillers = rng.sample(spec["fillers"], 2)
     slot = rng.randrange(len(fillers) + 1)  # the injection replaces nothing: it goes before, between or after
+    slot = {"any": slot, "start": 0, "end": len(fillers)}[position]  # drawn anyway: same stream for every position
     topic = rng.choice(spec["topics"]) if "topics" in spec else ""
     event = rng.choice(spec["events"]) if "events" in spec else ""
     lines = list(fillers)
@@ -48,30 +65,40 @@ def _data(kind: str, answer: str, rng: random.Random, injection: str | None) -> 
     return text, topic
 
 
-def make_triplet(rng: random.Random, kind: str, template_id: str, template: str, idx: int) -> dict[str, Any]:
+def make_triplet(
+    rng: random.Random,
+    kind: str,
+    template_id: str,
+    template: str,
+    idx: int,
+    witness_split: bool = False,
+    injection_position: str = "any",
+) -> dict[str, Any]:
     """One triplet row; the same rng draws give the same data text for all three members."""
     spec = TASKS[kind]
     answer = rng.choice(spec["answers"])
     req_a, req_b = rng.sample(spec["requests"], 2)  # two different paraphrases of the same question
-    witness = rng.choice(WITNESS_WORDS)
+    heldout = is_heldout(template_id)
+    witness = rng.choice(witness_pool(heldout, witness_split))
     injection = template.format(w=witness)
     state = rng.getstate()
-    data, topic = _data(kind, answer, rng, None)
+    data, topic = _data(kind, answer, rng, None, injection_position)
     rng.setstate(state)  # replay the same draws so the injected data differs only by the injection
-    injected_data, _ = _data(kind, answer, rng, injection)
+    injected_data, _ = _data(kind, answer, rng, injection, injection_position)
     req_a, req_b = req_a.format(topic=topic), req_b.format(topic=topic)
     return {
         "id": f"{kind}-{idx}",
         "task": kind,
         "attack_type": template_id.split("/")[0],
         "template_id": template_id,
-        "heldout": template_id.split("/")[1] == "heldout",
+        "heldout": heldout,
         "benign": {"request": req_a, "data": data},
         "counterfactual": {"request": req_b, "data": data},
         "injected": {"request": req_a, "data": injected_data},
         "answer": answer,
         "injection": injection,
         "witness": witness,
+        "witness_heldout": witness_split and heldout,
     }
 
 
@@ -81,11 +108,16 @@ def generate_triplets(
     split: str = "train",
     task_kinds: Sequence[str] = TASK_KINDS,
     attack_types: Sequence[str] = ATTACK_TYPES,
+    witness_split: bool = False,
+    injection_position: str = "any",
 ) -> list[dict[str, Any]]:
-    """`n` triplets cycling over task kinds; `split`: train (training templates only), heldout, or all."""
-    unknown = [k for k in task_kinds if k not in TASKS] + [a for a in attack_types if a not in ATTACK_TYPES]
+    """`n` triplets cycling over task kinds; `split`: train (training templates only), heldout, or all.
+    `witness_split` / `injection_position`: see the module docstring."""
+    unknown = [k for k in task_kinds if k not in TASKS] + [a for a in attack_types if a not in ATTACKS]
     if unknown:
         raise ValueError(f"unknown task kind / attack type: {', '.join(unknown)}")
+    if injection_position not in POSITIONS:
+        raise ValueError(f"injection_position={injection_position!r} is not one of {', '.join(POSITIONS)}")
     pool = templates(split, tuple(attack_types))
     if not pool:
         raise ValueError(f"no attack templates for split={split} and attack types {list(attack_types)}")
@@ -94,7 +126,8 @@ def generate_triplets(
     for i in range(n):
         kind = task_kinds[i % len(task_kinds)]
         template_id, template = pool[rng.randrange(len(pool))]
-        rows.append(validate_row(make_triplet(rng, kind, template_id, template, i)))
+        row = make_triplet(rng, kind, template_id, template, i, witness_split, injection_position)
+        rows.append(validate_row(row))
     return rows
 
 
@@ -111,8 +144,13 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--n", type=int, default=512)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--split", default="train", choices=("train", "heldout", "all"))
+    ap.add_argument("--witness-split", action="store_true", help="held-out templates ask for held-out witnesses")
+    ap.add_argument("--injection-position", default="any", choices=POSITIONS)
     args = ap.parse_args(argv)
-    print(write_jsonl(generate_triplets(args.n, args.seed, args.split), args.out))
+    rows = generate_triplets(
+        args.n, args.seed, args.split, witness_split=args.witness_split, injection_position=args.injection_position
+    )
+    print(write_jsonl(rows, args.out))
 
 
 if __name__ == "__main__":
