@@ -77,6 +77,21 @@ def test_featurize_puts_labels_on_the_answer_only(d2l_model):
     assert len(row["t_input_ids"]) > len(row["input_ids"]) + len(row["ctx_ids"]) - 5  # the teacher reads the doc
 
 
+def test_sentence_replies_are_trained_and_answers_scored(d2l_model):
+    model = d2l_model()
+    short = synthetic_qa(2, seed=0, attribute_set="chat")
+    long = synthetic_qa(2, seed=0, attribute_set="chat", reply="sentence")
+    assert [r["answer"] for r in long] == [r["answer"] for r in short] and all("reply" not in r for r in short)
+    for rec in long:
+        assert rec["reply"] in rec["document"] and rec["answer"] in rec["reply"] and rec["reply"] != rec["answer"]
+        row = featurize(rec, model.tokenizer, 128, 256)
+        labelled = [t for t in row["labels"] if t != IGNORE_INDEX]
+        assert model.tokenizer.decode(labelled, skip_special_tokens=True) == rec["reply"]
+        assert labelled == [t for t in row["t_labels"] if t != IGNORE_INDEX]
+    with pytest.raises(ValueError, match="reply"):
+        synthetic_qa(1, reply="paragraph")
+
+
 def test_squad_loader_local_files(tmp_path):
     nested = {
         "data": [

@@ -99,7 +99,14 @@ def make_document(
     order = list(attributes)
     rng.shuffle(order)
     doc = " ".join(table[a][0].format(e=entity, v=facts[a]) for a in order)
-    qas = [{"question": table[a][1].format(e=entity), "answer": facts[a]} for a in attributes]
+    qas = [
+        {
+            "question": table[a][1].format(e=entity),
+            "answer": facts[a],
+            "sentence": table[a][0].format(e=entity, v=facts[a]),
+        }
+        for a in attributes
+    ]
     return {"entity": entity, "document": doc, "qas": qas, "facts": facts}
 
 
@@ -126,10 +133,22 @@ def synthetic_documents(
     return [make_document(rng, sorted(rng.sample(pool, num_attributes)), held_out, table) for _ in range(num_docs)]
 
 
-def synthetic_qa(num_docs: int, seed: int = 0, held_out: bool = False, **params: Any) -> list[dict[str, str]]:
-    """Flat QA records `{doc_id, document, question, answer}` (one per attribute of each document)."""
+def synthetic_qa(
+    num_docs: int, seed: int = 0, held_out: bool = False, reply: str = "answer", **params: Any
+) -> list[dict[str, str]]:
+    """Flat QA records `{doc_id, document, question, answer}` (one per attribute of each document).
+
+    `reply` is what the model is trained (and its answer loss measured) to say: `answer`, the bare answer ("Oslo"),
+    or `sentence`, the document's sentence stating it ("Vokira lives in Oslo."), which is how a pretrained chat
+    model answers with the document in context; then records carry it as `reply`. Accuracy always scores `answer`.
+    """
+    if reply not in ("answer", "sentence"):
+        raise ValueError(f"reply={reply!r} must be 'answer' or 'sentence'")
     records = []
     for i, d in enumerate(synthetic_documents(num_docs, seed=seed, held_out=held_out, **params)):
         for qa in d["qas"]:
-            records.append({"doc_id": i, "document": d["document"], **qa})
+            rec = {"doc_id": i, "document": d["document"], "question": qa["question"], "answer": qa["answer"]}
+            if reply == "sentence":
+                rec["reply"] = qa["sentence"]
+            records.append(rec)
     return records
