@@ -86,7 +86,8 @@ def tables(runs: list[dict[str, Any]]) -> str:
             )
     lines += [
         "",
-        "| run | questions (documents) | D2L - no context, accuracy [paired 95% CI] | D2L - other document [paired 95% CI] "
+        "| run | questions (documents) | D2L - no context, accuracy [paired 95% CI] "
+        "| D2L - other document [paired 95% CI] "
         "| D2L / in context, accuracy |",
         "|---|---|---|---|---|",
     ]
