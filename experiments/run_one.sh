@@ -6,7 +6,7 @@
 run_one() {
   local name=$1 args=$2 dir=$OUT/$1
   mkdir -p "$dir" "$RES/$name"
-  ( while true; do echo "$(date +%T) $(cut -d' ' -f1-3 /proc/loadavg)"; sleep 30; done ) > "$RES/$name/loadavg.txt" &
+  ( while true; do echo "$(date +%T) $(cut -d' ' -f1-3 /proc/loadavg)"; sleep 30; done ) > "$RES/$name/loadavg.txt" 2>/dev/null &
   local sampler=$!
   # shellcheck disable=SC2086
   /usr/bin/time -v -o "$RES/$name/time_v.txt" nice -n 10 "$PY" train.py $args hydra.run.dir="$dir" \

@@ -113,8 +113,9 @@ def tables(runs: list[dict[str, Any]]) -> str:
         cpu = f"{run['cpu_s']:.0f}" if run.get("cpu_s") else "-"
         rss = f"{run['rss_gb']:.1f}" if run.get("rss_gb") else "-"
         runtime = s.get("train_runtime", s.get("runtime_s"))
+        steps = s.get("final_step", s.get("global_step", "-"))
         lines.append(
-            f"| {run['name']} | {ev['internalize_ms_per_doc']:.0f} | {s.get('global_step', '-')} | "
+            f"| {run['name']} | {ev['internalize_ms_per_doc']:.0f} | {steps} | "
             f"{runtime if runtime is None else round(float(runtime))} | {run.get('wall', '-')} | {cpu} | {rss} | "
             f"{load_s} |"
         )
@@ -141,6 +142,7 @@ def plot(runs: list[dict[str, Any]], path: Path) -> None:
         ax.set_xticklabels([LABELS[c].replace(" (", "\n(") for c in CONDITIONS], fontsize=8)
         ax.set_title(f"{title}, 95% bootstrap CI")
     axes[0].set_ylim(0, 1)
+    axes[1].set_yscale("log")  # CE of a bare-answer run (a few tokens) sits far above the sentence runs
     axes[0].legend()
     fig.suptitle("D2L on SmolLM2-135M-Instruct, held-out documents")
     fig.tight_layout()

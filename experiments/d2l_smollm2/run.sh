@@ -26,8 +26,10 @@ declare -A RUNS=(
   [short_s1]="+experiment=d2l_smollm2 seed=1 algo.kl_cache_dir=$OUT/teacher_cache trainer.max_steps=150"
   # CE only, on the bare answer ("Oslo"): every labelled token is the fact, no teacher
   [ce_answer_s0]="+experiment=d2l_smollm2 seed=0 algo.kl_coef=0 data.params.reply=answer"
+  # CE only on the preset's sentence reply: the teacher term alone removed
+  [ce_sentence_s0]="+experiment=d2l_smollm2 seed=0 algo.kl_coef=0"
 )
-ORDER=(seed0 seed1 short_s0 short_s1 ce_answer_s0)
+ORDER=(seed0 seed1 short_s0 short_s1 ce_answer_s0 ce_sentence_s0)
 for name in "${@:-${ORDER[@]}}"; do
   [ -n "${RUNS[$name]+x}" ] || { echo "unknown run $name (one of: ${ORDER[*]})"; exit 2; }
   run_one "$name" "${RUNS[$name]}"
