@@ -7,7 +7,7 @@ Prints (markdown) the four conditions x runs table (accuracy and answer CE with 
 the paired differences D2L - no context and D2L - other document (paired bootstrap over questions), and the
 run-time table; writes `accuracy.png` (bars with CIs per condition and run) next to this file unless `--plot`
 names another path. Every number comes from the files; the CIs are recomputed from eval.json's per-question
-numbers with the same function the evaluation uses (`posttrain.algos.d2l.evaluate.bootstrap_ci`).
+numbers with the same function the evaluation uses (`posttrain.analysis.stats.bootstrap_ci`).
 """
 
 from __future__ import annotations
@@ -18,7 +18,8 @@ import re
 from pathlib import Path
 from typing import Any
 
-from posttrain.algos.d2l.evaluate import CONDITIONS, bootstrap_ci
+from posttrain.algos.d2l.evaluate import CONDITIONS
+from posttrain.analysis.stats import bootstrap_ci
 
 LABELS = {
     "no_context": "no context",

@@ -7,8 +7,9 @@ import json
 import pytest
 import torch
 
-from posttrain.algos.d2l.evaluate import answer_in_response, bootstrap_ci, normalize, rouge_l
+from posttrain.algos.d2l.evaluate import answer_in_response, normalize, rouge_l
 from posttrain.algos.d2l.loss import topk_kl
+from posttrain.analysis.stats import bootstrap_ci
 from posttrain.data.chat import IGNORE_INDEX
 from posttrain.data.d2l import featurize, load_squad, synthetic_documents, synthetic_qa
 from posttrain.errors import DataError

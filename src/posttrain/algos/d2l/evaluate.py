@@ -15,7 +15,6 @@ document, batch of one).
 
 from __future__ import annotations
 
-import random
 import re
 import statistics
 import time
@@ -27,6 +26,7 @@ import torch.nn.functional as F
 from posttrain.algos.d2l.batching import D2LCollator, teacher_batch
 from posttrain.algos.d2l.encoder import backbone_of
 from posttrain.algos.d2l.lora import GeneratedLoRA
+from posttrain.analysis.stats import bootstrap_ci
 from posttrain.data.chat import IGNORE_INDEX
 from posttrain.data.d2l import featurize, in_context_prompt, visible_document
 
@@ -57,22 +57,6 @@ def answer_in_response(prediction: str, answer: str) -> bool:
     """The answer occurs in the response as a run of whole words, after `normalize` (case, punctuation)."""
     a = normalize(answer)
     return bool(a) and f" {a} " in f" {normalize(prediction)} "
-
-
-def bootstrap_ci(
-    values: list[float], weights: list[float] | None = None, n_boot: int = 2000, seed: int = 0
-) -> list[float]:
-    """95% percentile-bootstrap CI, resampling questions, of `sum(values) / sum(weights)` (weights None: the mean;
-    e.g. values = a question's answer-token NLL sum and weights = its token count give the token-mean loss)."""
-    w = weights or [1.0] * len(values)
-    rng = random.Random(seed)
-    n = len(values)
-    stats = []
-    for _ in range(n_boot):
-        idx = [rng.randrange(n) for _ in range(n)]
-        stats.append(sum(values[i] for i in idx) / max(sum(w[i] for i in idx), 1e-12))
-    stats.sort()
-    return [stats[int(0.025 * n_boot)], stats[int(0.975 * n_boot) - 1]]
 
 
 @torch.no_grad()
