@@ -10,8 +10,11 @@ cd "$(dirname "$0")/../.."
 PY=${PY:-.venv/bin/python}
 OUT=${OUT:-runs/contrastive_smollm2}
 RES=experiments/contrastive_smollm2/results
+KEEP="summary.json config.yaml metrics.jsonl eval_before.jsonl eval_after.jsonl eval_init.jsonl"
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}   # on a shared 2-core machine one thread is the fastest (README)
 export HF_HUB_OFFLINE=1
+# shellcheck source=experiments/run_one.sh
+source experiments/run_one.sh
 ALL_TYPES='[ignore,fake_system,role_play,authority,fake_completion,answer_note,reply_order]'
 ALL_KINDS='[email,rag_qa,code,calendar,document]'
 
@@ -32,22 +35,7 @@ declare -A RUNS=(
 )
 ORDER=(base contrastive_s0 lm_only_s0 contrastive_s1 lm_only_s1 contrastive_lminj_s0 lm_only_lminj_s0 contrastive_w01_s0)
 
-one() {
-  local name=$1 dir=$OUT/$1
-  mkdir -p "$dir" "$RES/$name"
-  ( while true; do echo "$(date +%T) $(cut -d' ' -f1-3 /proc/loadavg)"; sleep 30; done ) > "$RES/$name/loadavg.txt" &
-  local sampler=$!
-  # shellcheck disable=SC2086
-  /usr/bin/time -v -o "$RES/$name/time_v.txt" nice -n 10 "$PY" train.py ${RUNS[$name]} hydra.run.dir="$dir" \
-    > "$dir/stdout.log" 2>&1 || { kill "$sampler"; echo "$name failed: see $dir/stdout.log"; exit 1; }
-  kill "$sampler"
-  for f in summary.json config.yaml metrics.jsonl eval_before.jsonl eval_after.jsonl eval_init.jsonl; do
-    if [ -f "$dir/$f" ]; then cp "$dir/$f" "$RES/$name/"; fi
-  done
-  echo "$name done: $(grep -E 'Elapsed' "$RES/$name/time_v.txt")"
-}
-
 for name in "${@:-${ORDER[@]}}"; do
   [ -n "${RUNS[$name]+x}" ] || { echo "unknown run $name (one of: ${ORDER[*]})"; exit 2; }
-  one "$name"
+  run_one "$name" "${RUNS[$name]}"
 done

@@ -7,8 +7,9 @@ import json
 import pytest
 import torch
 
-from posttrain.algos.d2l.evaluate import normalize, rouge_l
+from posttrain.algos.d2l.evaluate import answer_in_response, normalize, rouge_l
 from posttrain.algos.d2l.loss import topk_kl
+from posttrain.analysis.stats import bootstrap_ci
 from posttrain.data.chat import IGNORE_INDEX
 from posttrain.data.d2l import featurize, load_squad, synthetic_documents, synthetic_qa
 from posttrain.errors import DataError
@@ -31,6 +32,40 @@ def test_held_out_entities_never_appear_in_training():
     assert len(synthetic_qa(10, seed=0, num_attributes=2)) == 20
 
 
+def test_chat_attribute_set_is_its_own_table_with_disjoint_held_out_names():
+    from posttrain.data.d2l.synthetic import ATTRIBUTE_SETS, CHAT_ATTRIBUTES
+
+    docs = synthetic_documents(200, seed=0, num_attributes=3, attribute_set="chat")
+    assert docs == synthetic_documents(200, seed=0, num_attributes=3, attribute_set="chat")
+    assert docs != synthetic_documents(200, seed=0, num_attributes=3)  # the tiny set: other sentences and values
+    for d in docs:
+        assert set(d["facts"]) <= set(CHAT_ATTRIBUTES) and len(d["qas"]) == 3
+        for qa in d["qas"]:
+            assert qa["answer"] in d["document"] and d["entity"] in qa["question"]
+    values = {a: {d["facts"][a] for d in docs if a in d["facts"]} for a in CHAT_ATTRIBUTES}
+    assert all(len(v) >= 12 for v in values.values())  # 16 values per attribute, most drawn in 200 documents
+    all_values = [v for _, _, vals in CHAT_ATTRIBUTES.values() for v in vals]
+    assert len(all_values) == len(set(all_values)) == 96  # no value answers two attributes
+    held = {d["entity"] for d in synthetic_documents(100, seed=0, held_out=True, attribute_set="chat")}
+    assert held and not held & {d["entity"] for d in docs}
+    with pytest.raises(ValueError, match="attribute_set"):
+        synthetic_documents(2, attribute_set="nope")
+    with pytest.raises(ValueError, match="unknown attributes"):
+        synthetic_documents(2, attributes=["instrument"])  # a chat attribute is not in the tiny set
+    assert set(ATTRIBUTE_SETS) == {"tiny", "chat"}
+
+
+def test_chat_attribute_set_through_the_data_config(compose):
+    from posttrain.data.d2l import d2l_records
+
+    cfg = compose(
+        "algo=d2l", "data=d2l_synth", "data.num_train=10", "data.num_eval=4", "+data.params.attribute_set=chat"
+    )
+    train, held = d2l_records(cfg.data)
+    assert len(train) == 20 and len(held) == 8
+    assert any(r["question"].startswith(("What animal", "Which instrument", "What does")) for r in train + held)
+
+
 def test_featurize_puts_labels_on_the_answer_only(d2l_model):
     model = d2l_model()
     rec = synthetic_qa(1, seed=0)[0]
@@ -41,6 +76,21 @@ def test_featurize_puts_labels_on_the_answer_only(d2l_model):
     assert model.tokenizer.decode(answer, skip_special_tokens=True) == rec["answer"]
     assert model.tokenizer.decode(row["ctx_ids"]) == rec["document"]
     assert len(row["t_input_ids"]) > len(row["input_ids"]) + len(row["ctx_ids"]) - 5  # the teacher reads the doc
+
+
+def test_sentence_replies_are_trained_and_answers_scored(d2l_model):
+    model = d2l_model()
+    short = synthetic_qa(2, seed=0, attribute_set="chat")
+    long = synthetic_qa(2, seed=0, attribute_set="chat", reply="sentence")
+    assert [r["answer"] for r in long] == [r["answer"] for r in short] and all("reply" not in r for r in short)
+    for rec in long:
+        assert rec["reply"] in rec["document"] and rec["answer"] in rec["reply"] and rec["reply"] != rec["answer"]
+        row = featurize(rec, model.tokenizer, 128, 256)
+        labelled = [t for t in row["labels"] if t != IGNORE_INDEX]
+        assert model.tokenizer.decode(labelled, skip_special_tokens=True) == rec["reply"]
+        assert labelled == [t for t in row["t_labels"] if t != IGNORE_INDEX]
+    with pytest.raises(ValueError, match="reply"):
+        synthetic_qa(1, reply="paragraph")
 
 
 def test_squad_loader_local_files(tmp_path):
@@ -107,6 +157,50 @@ def test_rouge_l_and_normalize():
     assert rouge_l("a b c d", "a c d e") == pytest.approx(0.75)
 
 
+def test_answer_accuracy_is_whole_word_containment():
+    assert answer_in_response("Mukaton lives in Oslo, Norway.", "Oslo")
+    assert answer_in_response("OSLO", "oslo")
+    assert answer_in_response("He plays the French horn.", "French horn")
+    assert not answer_in_response("She studied education.", "cat")  # a substring of a word does not count
+    assert not answer_in_response("He lives in Rome.", "Oslo")
+    assert not answer_in_response("anything", "")
+
+
+def test_bootstrap_ci_brackets_the_estimate():
+    xs = [1.0] * 30 + [0.0] * 70
+    lo, hi = bootstrap_ci(xs)
+    assert 0.18 < lo < 0.3 < hi < 0.42  # binomial: 0.3 +- 1.96 * 0.046
+    assert bootstrap_ci([1.0] * 10) == [1.0, 1.0]
+    # a ratio: total NLL over total tokens, resampling questions (2 tokens each here -> 0.5 * mean)
+    lo, hi = bootstrap_ci([2.0, 4.0, 6.0], [2.0, 2.0, 2.0])
+    assert 1.0 <= lo < 2.0 < hi <= 3.0
+
+
+def test_evaluation_reports_accuracy_with_cis_and_per_question_numbers(d2l_model):
+    from posttrain.algos.d2l.evaluate import CONDITIONS, evaluate_model
+
+    model = d2l_model()
+    with torch.no_grad():
+        model.hypernet.scale_B.normal_(0, 1.0)
+    records = synthetic_qa(3, seed=0, held_out=True)
+    out = evaluate_model(model, records, 128, max_new_tokens=3)
+    per = out["per_question"]
+    assert len(per) == len(records) == 6
+    assert [p["doc"] for p in per] == [0, 0, 1, 1, 2, 2] and [p["other_doc"] for p in per] == [1, 1, 2, 2, 0, 0]
+    for cond in CONDITIONS:
+        entry = out[cond]
+        acc = sum(p[cond]["correct"] for p in per) / len(per)
+        assert entry["accuracy"] == acc
+        assert entry["accuracy_ci95"][0] <= acc <= entry["accuracy_ci95"][1]
+        loss = sum(p[cond]["nll"] for p in per) / sum(p[cond]["tokens"] for p in per)
+        assert entry["answer_loss"] == pytest.approx(loss, rel=1e-6)
+        assert entry["answer_loss_ci95"][0] <= loss <= entry["answer_loss_ci95"][1]
+        assert all(p[cond]["correct"] == answer_in_response(p[cond]["response"], p["answer"]) for p in per)
+    # the same answer tokens in every condition; different LoRAs give different losses
+    assert len({tuple(p[c]["tokens"] for p in per) for c in CONDITIONS}) == 1
+    assert out["d2l"]["answer_loss"] != out["d2l_other_doc"]["answer_loss"]
+
+
 def test_topk_kl_is_zero_on_the_teachers_own_distribution():
     logits = torch.randn(5, 40)
     logp = torch.log_softmax(logits, -1)
@@ -168,3 +262,28 @@ def test_teacher_cache_is_keyed_by_the_chat_template_and_tokenizer(d2l_cfg, tmp_
     assert len(second) == 2  # the edited template is a miss (and its numbers are its own, checked above)
     edit["tokens"] = ["<|doc|>"]  # a changed vocabulary (here: the inputs happen to tokenize the same)
     assert len(attached()) == 3
+
+
+def test_teacher_key_has_the_seed_only_for_random_init_models(compose):
+    from posttrain.algos.d2l.api import teacher_key_parts
+
+    tiny = [teacher_key_parts(compose("algo=d2l", "model=tiny_llama", f"seed={s}")) for s in (0, 1)]
+    assert tiny[0] != tiny[1]  # a tiny model's weights are drawn from the seed
+    real = [teacher_key_parts(compose("algo=d2l", "model=smollm2_135m", f"seed={s}")) for s in (0, 1)]
+    assert real[0] == real[1] and "seed" not in real[0]  # pretrained weights: the seeds share the teacher
+    assert real[0] != teacher_key_parts(compose("algo=d2l", "model=smollm2_135m", "model.fetch.sha256=0"))
+
+
+def test_teacher_cache_dir_is_shared_between_run_dirs(d2l_cfg, tmp_path):
+    from posttrain.algos.d2l import api
+
+    shared = tmp_path / "shared"
+    cfg = d2l_cfg("algo.kl_coef=0.5", "algo.kl_top_k=4", "data.num_train=3", f"algo.kl_cache_dir={shared}")
+    first = api.build_trainer(cfg, tmp_path / "run1")
+    files = list(shared.iterdir())
+    assert len(files) == 1 and not (tmp_path / "run1" / "cache").exists()
+    stamp = files[0].stat().st_mtime_ns
+    second = api.build_trainer(cfg, tmp_path / "run2")  # another run dir: a hit, nothing rewritten
+    assert list(shared.iterdir()) == files and files[0].stat().st_mtime_ns == stamp
+    for a, b in zip(first.train_dataset.rows, second.train_dataset.rows):
+        assert torch.equal(a["t_logp"], b["t_logp"]) and torch.equal(a["t_idx"], b["t_idx"])

@@ -34,6 +34,16 @@ def _featurized(cfg: DictConfig, model: D2LModel, records: list[dict[str, Any]])
     return [featurize(r, model.tokenizer, cfg.algo.max_length, enc.max_doc_length, enc.max_chunks) for r in records]
 
 
+def teacher_key_parts(cfg: DictConfig) -> dict[str, Any]:
+    """The base weights' identity in the teacher cache key: the model config, and the seed only for a tiny model
+    (random init from `cfg.seed`; pretrained weights do not depend on it, so seeds share a cache). The teacher's
+    inputs, tokenizer and template are hashed from the rows themselves (`teacher.teacher_cache_key`)."""
+    key: dict[str, Any] = {"model": OmegaConf.to_container(cfg.model, resolve=True)}
+    if cfg.model.tiny:
+        key["seed"] = cfg.seed
+    return key
+
+
 def build_trainer(cfg: DictConfig, run_dir: Path, callbacks: list | None = None):
     """Base model + hypernet, featurized training documents (+ cached teacher top-k), `D2LTrainer`."""
     from transformers import TrainingArguments
@@ -49,13 +59,11 @@ def build_trainer(cfg: DictConfig, run_dir: Path, callbacks: list | None = None)
     rows = _featurized(cfg, model, train_records)
     teacher = None
     if algo.kl_coef > 0:  # computed by the trainer once it has placed the model
-        # the weights' identity; the teacher's inputs, tokenizer and template are hashed from the rows themselves
-        key = {"model": OmegaConf.to_container(cfg.model, resolve=True), "seed": cfg.seed}
         teacher = {
             "k": algo.kl_top_k,
             "temperature": algo.kl_temperature,
-            "cache_dir": Path(run_dir) / "cache",
-            "key_parts": key,
+            "cache_dir": Path(algo.kl_cache_dir) if algo.kl_cache_dir else Path(run_dir) / "cache",
+            "key_parts": teacher_key_parts(cfg),
         }
     args = TrainingArguments(**common_training_kwargs(cfg, run_dir), remove_unused_columns=False)
     return D2LTrainer(

@@ -58,6 +58,10 @@ class D2LAlgoConfig:
     kl_coef: float = 0.0  # >0: distil from the base model reading the document in context (top-k, cached)
     kl_top_k: int = 16
     kl_temperature: float = 1.0
+    # Where the teacher top-k cache lives; null: <run dir>/cache. Entries are keyed by what they depend on (base
+    # weights' identity, teacher token ids, tokenizer and template, k, T), so runs may share one directory (e.g.
+    # the seeds of an experiment on a pretrained base, whose teacher does not depend on the seed).
+    kl_cache_dir: str | None = None
     l1_coef: float = 0.0  # L1 penalty on the generated A/B entries (mean |.|)
     max_length: int = 128  # question + answer tokens (student); the teacher adds the document
     max_new_tokens: int = 12

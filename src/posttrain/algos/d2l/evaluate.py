@@ -6,8 +6,11 @@ Conditions (same questions, same answers):
 - `d2l`: the base model + the LoRA generated from the document, question only;
 - `d2l_other_doc`: the LoRA generated from a *different* held-out document (control: is the LoRA document-specific
   or only a generic answer-format prior?).
-Metrics: answer loss (token-mean CE on answer tokens), exact match and ROUGE-L F1 of greedy answers, and the
-internalization latency (ms per document, batch of one).
+Metrics: answer loss (token-mean CE on answer tokens), and of greedy answers: answer accuracy (the answer appears
+in the response as whole words, case-insensitive: "Mukaton lives in Oslo." is right for "Oslo"), exact match and
+ROUGE-L F1; 95% bootstrap CIs over questions for answer loss and accuracy; the per-question numbers
+(`per_question`) so that CIs and paired differences can be recomputed; and the internalization latency (ms per
+document, batch of one).
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ import torch.nn.functional as F
 from posttrain.algos.d2l.batching import D2LCollator, teacher_batch
 from posttrain.algos.d2l.encoder import backbone_of
 from posttrain.algos.d2l.lora import GeneratedLoRA
+from posttrain.analysis.stats import bootstrap_ci
 from posttrain.data.chat import IGNORE_INDEX
 from posttrain.data.d2l import featurize, in_context_prompt, visible_document
 
@@ -49,9 +53,17 @@ def rouge_l(prediction: str, reference: str) -> float:
     return 2 * prec * rec / (prec + rec)
 
 
+def answer_in_response(prediction: str, answer: str) -> bool:
+    """The answer occurs in the response as a run of whole words, after `normalize` (case, punctuation)."""
+    a = normalize(answer)
+    return bool(a) and f" {a} " in f" {normalize(prediction)} "
+
+
 @torch.no_grad()
-def _answer_nll(model: Any, batch: dict[str, torch.Tensor], lora: GeneratedLoRA | None) -> tuple[float, int]:
-    """(sum of answer-token NLL, answer-token count) for `batch` with `lora` applied (None: bare base)."""
+def _answer_nll(
+    model: Any, batch: dict[str, torch.Tensor], lora: GeneratedLoRA | None
+) -> tuple[list[float], list[int]]:
+    """Per row of `batch`: (sum of answer-token NLL, answer-token count) with `lora` applied (None: bare base)."""
     model.apply_lora(lora)
     try:
         hidden = backbone_of(model.base)(
@@ -62,7 +74,10 @@ def _answer_nll(model: Any, batch: dict[str, torch.Tensor], lora: GeneratedLoRA 
     labels = batch["labels"][:, 1:]
     sel = labels != IGNORE_INDEX
     logits = model.base.get_output_embeddings()(hidden[:, :-1][sel]).float()
-    return float(F.cross_entropy(logits, labels[sel], reduction="sum")), int(sel.sum())
+    nll = F.cross_entropy(logits, labels[sel], reduction="none")
+    row = torch.arange(labels.shape[0], device=labels.device).unsqueeze(1).expand_as(labels)[sel]
+    sums = torch.zeros(labels.shape[0], device=nll.device).index_add_(0, row, nll)
+    return sums.tolist(), sel.sum(1).tolist()
 
 
 def _docs(records: list[dict[str, Any]]) -> tuple[list[str], list[int]]:
@@ -109,8 +124,8 @@ def evaluate_model(
     all_lora = GeneratedLoRA.cat([model.internalize(docs[i : i + batch_size]) for i in range(0, len(docs), batch_size)])
     other = [(i + 1) % len(docs) for i in range(len(docs))]
     collate = D2LCollator(tok.pad_token_id)
-    nll = {c: 0.0 for c in CONDITIONS}
-    count = {c: 0 for c in CONDITIONS}
+    nll: dict[str, list[float]] = {c: [] for c in CONDITIONS}
+    count: dict[str, list[int]] = {c: [] for c in CONDITIONS}
     preds: dict[str, list[str]] = {c: [] for c in CONDITIONS}
     for i in range(0, len(records), batch_size):
         chunk = records[i : i + batch_size]
@@ -138,10 +153,16 @@ def evaluate_model(
             preds["d2l"] += model.generate(questions, mine, max_new_tokens)
             preds["d2l_other_doc"] += model.generate(questions, theirs, max_new_tokens)
     result: dict[str, Any] = {"num_docs": len(docs), "num_questions": len(records)}
+    answers = [r["answer"] for r in records]
+    correct = {c: [float(answer_in_response(p, a)) for p, a in zip(preds[c], answers)] for c in preds}
     for cond in CONDITIONS:
-        entry = {"answer_loss": nll[cond] / max(count[cond], 1)}
+        entry: dict[str, Any] = {
+            "answer_loss": sum(nll[cond]) / max(sum(count[cond]), 1),
+            "answer_loss_ci95": bootstrap_ci(nll[cond], [float(n) for n in count[cond]]),
+        }
         if generate:
-            answers = [r["answer"] for r in records]
+            entry["accuracy"] = sum(correct[cond]) / len(records)
+            entry["accuracy_ci95"] = bootstrap_ci(correct[cond])
             entry["exact_match"] = sum(normalize(p) == normalize(a) for p, a in zip(preds[cond], answers)) / len(
                 records
             )
@@ -156,5 +177,19 @@ def evaluate_model(
         if generate
         else []
     )
+    result["per_question"] = [
+        {
+            "doc": doc_index[j],
+            "other_doc": other[doc_index[j]],
+            "question": r["question"],
+            "answer": r["answer"],
+            **{
+                c: {"nll": nll[c][j], "tokens": count[c][j]}
+                | ({"response": preds[c][j], "correct": bool(correct[c][j])} if generate else {})
+                for c in CONDITIONS
+            },
+        }
+        for j, r in enumerate(records)
+    ]
     model.train(was_training)
     return result

@@ -13,6 +13,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 from safetensors.torch import load_file, save_file
+from tqdm.auto import trange
 
 from posttrain.algos.d2l.batching import teacher_batch
 from posttrain.algos.d2l.encoder import backbone_of
@@ -28,7 +29,7 @@ def teacher_topk(
     lm = model.base
     device = model.device
     out = []
-    for i in range(0, len(rows), batch_size):
+    for i in trange(0, len(rows), batch_size, desc="teacher top-k (in-context base)", unit="batch", leave=False):
         chunk = rows[i : i + batch_size]
         batch = {k_: v.to(device) for k_, v in teacher_batch(chunk, model.tokenizer.pad_token_id).items()}
         hidden = backbone_of(lm)(

@@ -86,11 +86,11 @@ def featurize(
 ) -> dict[str, Any]:
     """Token ids for one record: the visible document `ctx_ids` and its `ctx_chunks` (of at most `max_doc_length`
     tokens each, at most `max_chunks`), student `input_ids/labels`, teacher `t_input_ids/t_labels` (the teacher
-    reads exactly the visible document)."""
+    reads exactly the visible document). The labelled reply is the record's `reply` if it has one, else `answer`."""
     ctx, document = visible_document(record["document"], tokenizer, max_doc_length, max_chunks)
     if not ctx:
         raise DataError(f"the document of {record['question']!r} is empty: nothing to internalize")
-    answer = [{"role": "assistant", "content": record["answer"]}]
+    answer = [{"role": "assistant", "content": record.get("reply") or record["answer"]}]
     student = assistant_labels(tokenizer, [{"role": "user", "content": record["question"]}] + answer, max_length)
     teacher = assistant_labels(
         tokenizer,

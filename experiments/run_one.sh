@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# One experiment run with its cost recorded (sourced by experiments/*/run.sh):
+#   run_one NAME TRAIN_ARGS   with OUT (scratch runs folder), RES (results folder), KEEP (files to keep), PY set.
+# Writes $OUT/NAME/ (the Hydra run dir, stdout.log) and copies $KEEP from it to $RES/NAME/, beside time_v.txt
+# (/usr/bin/time -v: CPU seconds, wall, peak RSS) and loadavg.txt (the 1/5/15-min load every 30 s).
+run_one() {
+  local name=$1 args=$2 dir=$OUT/$1
+  mkdir -p "$dir" "$RES/$name"
+  ( while true; do echo "$(date +%T) $(cut -d' ' -f1-3 /proc/loadavg)"; sleep 30; done ) > "$RES/$name/loadavg.txt" 2>/dev/null &
+  local sampler=$!
+  # shellcheck disable=SC2086
+  /usr/bin/time -v -o "$RES/$name/time_v.txt" nice -n 10 "$PY" train.py $args hydra.run.dir="$dir" \
+    > "$dir/stdout.log" 2>&1 || { kill "$sampler"; echo "$name failed: see $dir/stdout.log"; return 1; }
+  kill "$sampler"
+  for f in $KEEP; do
+    if [ -f "$dir/$f" ]; then cp "$dir/$f" "$RES/$name/"; fi
+  done
+  echo "$name done: $(grep -E 'Elapsed' "$RES/$name/time_v.txt")"
+}
