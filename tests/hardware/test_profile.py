@@ -63,6 +63,18 @@ def test_threads_set_torch_threads(compose):
         torch.set_num_threads(before)
 
 
+@pytest.mark.parametrize("load,expected", [(0.0, 4), (1.4, 3), (2.6, 1), (9.0, 1)])
+def test_threads_zero_uses_idle_cores(compose, monkeypatch, load, expected):
+    monkeypatch.setattr(profile_mod.os, "sched_getaffinity", lambda pid: set(range(4)))
+    monkeypatch.setattr(profile_mod.os, "getloadavg", lambda: (load, 0.0, 0.0))
+    before = torch.get_num_threads()
+    try:
+        applied = apply_profile(compose("hw=cpu", "hw.threads=0"), overrides=set())
+        assert applied["torch_threads"] == expected == torch.get_num_threads()
+    finally:
+        torch.set_num_threads(before)
+
+
 @pytest.mark.parametrize("model,impl", [("tiny_gpt_oss", "eager"), ("tiny_llama", "sdpa")])
 def test_attention_per_family(compose, model, impl):
     cfg = compose(f"model={model}", "hw=a100")
@@ -155,6 +167,16 @@ def test_tpu_prefers_pallas_unless_chosen(compose):
     chosen = compose("hw=tpu", "kernels=liger")
     apply_profile(chosen, overrides={"kernels"})
     assert chosen.kernels.backend == "liger"
+
+
+def test_cpu_prefers_fused_loss_and_idle_cores_unless_chosen(compose):
+    cfg = compose("hw=cpu")
+    assert cfg.hw.threads == 0  # the cores other jobs leave idle (experiments/grpo_step)
+    apply_profile(cfg, overrides=set())
+    assert cfg.kernels.backend == "fused"
+    chosen = compose("hw=cpu", "kernels=trl")
+    apply_profile(chosen, overrides={"kernels"})
+    assert chosen.kernels.backend == "trl"
 
 
 def test_more_than_one_device_names_launcher_and_sharding(compose):
