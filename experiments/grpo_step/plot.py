@@ -5,8 +5,8 @@
     python experiments/grpo_step/plot.py table experiments/grpo_step/results/curves_seed*.jsonl    # markdown rows
 
 `split`: one bar per path (the anchor `trl`, `posttrain`, `posttrain:<variant>`), seconds per optimizer step split
-into the step timer's phases, the ratio to the anchor above each bar. `rewards`: each path's per-step reward (one
-thin line per seed and round), its mean over seeds in bold.
+into the step timer's phases, the ratio to the anchor above each bar. `rewards`: each path's per-step reward as a
+5-step moving mean (dashed: one line per seed and round; solid: the mean over them).
 """
 
 from __future__ import annotations
@@ -53,7 +53,11 @@ def plot_split(recs: list[dict], path: Path) -> Path:
     return save_figure(fig, path)
 
 
-def plot_rewards(recs: list[dict], path: Path) -> Path:
+def moving_mean(xs: list[float], window: int) -> list[float]:
+    return [statistics.fmean(xs[max(0, i - window + 1) : i + 1]) for i in range(len(xs))]
+
+
+def plot_rewards(recs: list[dict], path: Path, window: int = 5) -> Path:
     fig, ax = plt.subplots(figsize=(7, 4))
     by_path: dict[str, list[list[float]]] = {}
     for r in recs:
@@ -62,12 +66,13 @@ def plot_rewards(recs: list[dict], path: Path) -> Path:
     for i, (name, curves) in enumerate(sorted(by_path.items())):
         color = COLORS.get(name, f"C{i + 2}")
         for c in curves:
-            ax.plot(range(1, len(c) + 1), c, color=color, alpha=0.3, lw=0.8)
+            ax.plot(range(1, len(c) + 1), moving_mean(c, window), color=color, alpha=0.45, lw=0.9, ls="--")
         n = min(len(c) for c in curves)
-        mean = [statistics.fmean(c[s] for c in curves) for s in range(n)]
-        ax.plot(range(1, n + 1), mean, color=color, lw=2.2, label=f"{name} (mean of {len(curves)})")
+        mean = moving_mean([statistics.fmean(c[s] for c in curves) for s in range(n)], window)
+        ax.plot(range(1, n + 1), mean, color=color, lw=2.2, label=f"{name}: mean of {len(curves)} seeds")
     ax.set_xlabel("optimizer step")
-    ax.set_ylabel("mean reward of the step's completions")
+    ax.set_ylabel(f"reward, {window}-step moving mean")
+    ax.set_title("per-seed curves dashed, mean over seeds solid")
     ax.legend(fontsize=8)
     return save_figure(fig, path)
 
