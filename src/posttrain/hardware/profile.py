@@ -70,7 +70,7 @@ def default_batch(cfg: DictConfig, batch: int) -> int:
 def idle_cores() -> int:
     """Cores this process may use that other jobs leave idle now: usable cores minus the 1-minute load average,
     rounded, at least 1. On a shared machine every OpenMP barrier waits for a thread the scheduler parked; fewer
-    threads than cores then run faster (experiments/grpo_step: 2 threads at load 5 on 2 cores, 4x slower than 1)."""
+    threads than cores then run faster (measured: 2 threads at load 5 on 2 cores ran 4x slower than 1)."""
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
     return max(1, min(cores, round(cores - os.getloadavg()[0])))
 
