@@ -169,16 +169,6 @@ def test_tpu_prefers_pallas_unless_chosen(compose):
     assert chosen.kernels.backend == "liger"
 
 
-def test_cpu_prefers_fused_loss_and_idle_cores_unless_chosen(compose):
-    cfg = compose("hw=cpu")
-    assert cfg.hw.threads == 0  # the cores other jobs leave idle (experiments/grpo_step)
-    apply_profile(cfg, overrides=set())
-    assert cfg.kernels.backend == "fused"
-    chosen = compose("hw=cpu", "kernels=trl")
-    apply_profile(chosen, overrides={"kernels"})
-    assert chosen.kernels.backend == "trl"
-
-
 def test_more_than_one_device_names_launcher_and_sharding(compose):
     one = compose("hw=a100")
     assert launch_hint(one, argv=["hw=a100"]) is None and sharding(one.hw) == "none"
