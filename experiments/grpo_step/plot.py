@@ -3,10 +3,13 @@
     python experiments/grpo_step/plot.py split experiments/grpo_step/results/speed.jsonl   # -> results/split.png
     python experiments/grpo_step/plot.py rewards experiments/grpo_step/results/curves_seed*.jsonl  # -> rewards.png
     python experiments/grpo_step/plot.py table experiments/grpo_step/results/curves_seed*.jsonl    # markdown rows
+    python experiments/grpo_step/plot.py heldout experiments/grpo_step/results/maketrain_t1_seed*.jsonl  # accuracy
 
 `split`: one bar per path (the anchor `trl`, `posttrain`, `posttrain:<variant>`), seconds per optimizer step split
 into the step timer's phases, the ratio to the anchor above each bar. `rewards`: each path's per-step reward as a
-5-step moving mean (dashed: one line per seed and round; solid: the mean over them).
+5-step moving mean (dashed: one line per seed and round; solid: the mean over them). `heldout` (records of
+`--heldout N` runs): held-out accuracy before/after with 95% bootstrap CIs over problems, and each path's
+after-training accuracy minus the anchor's of the same seed, paired over problems.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 
 from posttrain.analysis import save_figure
+from posttrain.analysis.stats import bootstrap_ci
 from posttrain.bench.step_timer import PHASES
 
 COLORS = {"trl": "tab:gray", "posttrain": "tab:blue"}
@@ -99,15 +103,39 @@ def table(recs: list[dict]) -> str:
     return "\n".join(rows)
 
 
+def heldout_table(recs: list[dict]) -> str:
+    """Markdown rows: seed, path, held-out accuracy before -> after [95% CI], gain, after minus the anchor's."""
+    rows = [
+        "| seed | path | s/step | held-out before | held-out after [95% CI] | gain | after - trl's, paired [95% CI] |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    anchor = {r.get("seed"): r["heldout_correct"] for r in recs if r["path"] == "trl" and "heldout_correct" in r}
+    for r in recs:
+        if "heldout_correct" not in r:
+            continue
+        lo, hi = bootstrap_ci(r["heldout_correct"])
+        cells = [str(r.get("seed")), r["path"], f"{r['step_s']:.2f}", f"{r['heldout_acc_before']:.3f}"]
+        cells += [f"{r['heldout_acc_after']:.3f} [{lo:.3f}, {hi:.3f}]", f"{r['heldout_gain']:+.3f}"]
+        ref = anchor.get(r.get("seed"))
+        if ref is not None and r["path"] != "trl":
+            diff = [a - b for a, b in zip(r["heldout_correct"], ref, strict=True)]
+            dlo, dhi = bootstrap_ci(diff)
+            cells.append(f"{sum(diff) / len(diff):+.3f} [{dlo:+.3f}, {dhi:+.3f}]")
+        else:
+            cells.append("-")
+        rows.append("| " + " | ".join(cells) + " |")
+    return "\n".join(rows)
+
+
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("kind", choices=("split", "rewards", "table"))
+    p.add_argument("kind", choices=("split", "rewards", "table", "heldout"))
     p.add_argument("files", nargs="+")
     p.add_argument("--out", help="PNG path (default: <first file's folder>/<kind>.png)")
     args = p.parse_args(argv)
     recs = records(args.files)
-    if args.kind == "table":
-        print(table(recs))
+    if args.kind in ("table", "heldout"):
+        print((table if args.kind == "table" else heldout_table)(recs))
         return
     out = Path(args.out) if args.out else Path(args.files[0]).parent / f"{args.kind}.png"
     print((plot_split if args.kind == "split" else plot_rewards)(recs, out))
