@@ -224,6 +224,8 @@ def test_bench_command_tiny(tmp_path):
             "1",
             "--seed",
             "3",
+            "--heldout",
+            "3",
         ],
         capture_output=True,
         text=True,
@@ -239,6 +241,12 @@ def test_bench_command_tiny(tmp_path):
         assert sum(r["split_s"].values()) == pytest.approx(r["step_s"], abs=0.01)  # means add up (3-digit rounding)
         assert r["gen_tokens_per_s"] > 0 and r["peak_rss_mib"] > 50 and r["seed"] == 3
         assert len(r["rewards"]) == 1 and len(r["rewards"][0]) == 2  # one round, two logged steps
+        # held-out accuracy before/after training on the same 3 test problems, outside the timed steps
+        assert r["heldout_n"] == 3 and len(r["heldout_correct"]) == 3
+        assert r["heldout_acc_after"] == pytest.approx(sum(r["heldout_correct"]) / 3)
+        assert r["heldout_gain"] == pytest.approx(r["heldout_acc_after"] - r["heldout_acc_before"], abs=1e-4)
+    # both paths start from the same weights: the same greedy answers before training
+    assert recs["trl"]["heldout_acc_before"] == recs["posttrain"]["heldout_acc_before"]
     assert recs["trl"]["ratio_vs_trl"] == 1.0
     assert recs["posttrain"]["ratio_vs_trl"] == pytest.approx(
         recs["posttrain"]["step_s"] / recs["trl"]["step_s"], rel=0.01

@@ -63,6 +63,18 @@ def test_threads_set_torch_threads(compose):
         torch.set_num_threads(before)
 
 
+@pytest.mark.parametrize("load,expected", [(0.0, 4), (1.4, 3), (2.6, 1), (9.0, 1)])
+def test_threads_zero_uses_idle_cores(compose, monkeypatch, load, expected):
+    monkeypatch.setattr(profile_mod.os, "sched_getaffinity", lambda pid: set(range(4)))
+    monkeypatch.setattr(profile_mod.os, "getloadavg", lambda: (load, 0.0, 0.0))
+    before = torch.get_num_threads()
+    try:
+        applied = apply_profile(compose("hw=cpu", "hw.threads=0"), overrides=set())
+        assert applied["torch_threads"] == expected == torch.get_num_threads()
+    finally:
+        torch.set_num_threads(before)
+
+
 @pytest.mark.parametrize("model,impl", [("tiny_gpt_oss", "eager"), ("tiny_llama", "sdpa")])
 def test_attention_per_family(compose, model, impl):
     cfg = compose(f"model={model}", "hw=a100")

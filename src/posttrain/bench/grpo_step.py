@@ -3,7 +3,7 @@
     python -m posttrain.bench grpo_step [--model smollm2_135m] [--batch 8] [--num-generations 4]
         [--completion-length 16] [--train lora|full] [--steps 6] [--warmup 2] [--rounds 3] [--threads 0]
         [--seed N] [--experiment grpo_smollm2_add] [--set KEY=VALUE ...] [--paths trl,posttrain]
-        [--variant NAME:KEY=VALUE ...]
+        [--variant NAME:KEY=VALUE ...] [--heldout N]
 
 Paths (same model, prompts, reward functions and weights, batch, LoRA config and training recipe):
 - `trl` (the anchor): `trl.GRPOTrainer(model=<checkpoint dir>, peft_config=LoraConfig(...), args=GRPOConfig(...))`
@@ -26,7 +26,10 @@ smallest mean step time (the least disturbed by other load on a shared machine),
 sensitive to other jobs' load than wall time; `cpu_ratio_vs_trl` from each path's smallest round); generated
 tokens per second; peak RSS (VmHWM, reset after the model is built); `ratio_vs_trl` = posttrain / trl seconds
 per step (best rounds; `ratio_vs_trl_median`: median over rounds); the knobs each path ran with; every round's
-per-step rewards; /proc/loadavg before and after each round in `loadavg`.
+per-step rewards; /proc/loadavg before and after each round in `loadavg`. With `--heldout N`, every round also
+scores its model before and after training on the first N test problems (`posttrain.algos.grpo.heldout`, the
+evaluation `train.py` runs, outside the timed steps): `heldout_acc_before/after`, `heldout_gain` (best round)
+and per-problem `heldout_correct` (after) for paired comparisons.
 Exit status 0; 1 when a path failed (its record has `error`); 2 on usage errors.
 """
 
@@ -220,6 +223,9 @@ def worker(args: argparse.Namespace) -> dict[str, Any]:
         torch.set_num_threads(args.threads)
     with tempfile.TemporaryDirectory(prefix="grpo_step_") as tmp:
         trainer = build(args.path.partition(":")[0], cfg, Path(tmp))
+        heldout: dict[str, Any] = {}
+        if args.heldout:
+            heldout["before"] = _heldout(cfg, trainer, args.heldout)
         timer = StepTimer.attach(trainer)
         with contextlib.suppress(OSError):  # peak RSS of training: reset the high-water mark once the model is built
             Path("/proc/self/clear_refs").write_text("5")
@@ -227,6 +233,8 @@ def worker(args: argparse.Namespace) -> dict[str, Any]:
         trainer.train()
         train_s = time.perf_counter() - start
         rewards = [m.get("reward") for m in read_metrics(Path(tmp) / "metrics.jsonl") if "reward" in m]
+        if args.heldout:
+            heldout["after"] = _heldout(cfg, trainer, args.heldout)
     steps = timer.steps[args.warmup :]
     mean = {k: statistics.fmean(s[k] for s in steps) for k in ("total", *PHASES)}  # means: the split adds up
     gen_s = sum(s["generation"] for s in steps)
@@ -242,7 +250,26 @@ def worker(args: argparse.Namespace) -> dict[str, Any]:
         "train_s": train_s,
         "rewards": rewards,
         "knobs": knobs(trainer),
+        **({"heldout": heldout} if heldout else {}),
     }
+
+
+def _heldout(cfg, trainer, n: int) -> dict[str, Any]:
+    """Greedy accuracy of the trainer's model on the first `n` test problems, as `train.py` scores it."""
+    from omegaconf import open_dict
+
+    from posttrain.algos.grpo.heldout import heldout_accuracy
+
+    cfg = cfg.copy()
+    with open_dict(cfg):
+        cfg.data.heldout = n
+    model = trainer.accelerator.unwrap_model(trainer.model)
+    was_training = model.training
+    model.eval()
+    try:
+        return heldout_accuracy(cfg, model, trainer.processing_class, None, "bench")
+    finally:
+        model.train(was_training)
 
 
 def _run_worker(path: str, argv: list[str]) -> dict[str, Any]:
@@ -279,6 +306,15 @@ def summarize(runs: dict[str, list[dict[str, Any]]], config: dict[str, Any]) -> 
             rewards=[r["rewards"] for r in ok],
             loadavg=[r["loadavg"] for r in ok],
         )
+        if "heldout" in b:
+            before, after = b["heldout"]["before"], b["heldout"]["after"]
+            rec.update(
+                heldout_acc_before=before["acc"],
+                heldout_acc_after=after["acc"],
+                heldout_gain=round(after["acc"] - before["acc"], 4),
+                heldout_n=after["n"],
+                heldout_correct=after["correct"],
+            )
         out.append(rec)
     if "trl" in best:
         for rec in out:
@@ -314,6 +350,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--variant", action="append", metavar="NAME:KEY=VALUE", help="posttrain:NAME, posttrain with this override"
     )
+    p.add_argument("--heldout", type=int, default=0, help="score each round's model on N test problems before/after")
     p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--path", help=argparse.SUPPRESS)
     return p
@@ -329,8 +366,8 @@ def main(argv: list[str] | None = None) -> int:
     for name in ("steps", "rounds", "batch", "num_generations", "completion_length"):
         if getattr(args, name) < 1:
             p.error(f"--{name.replace('_', '-')} must be >= 1")
-    if args.warmup < 0 or args.threads < 0:
-        p.error("--warmup and --threads must be >= 0")
+    if args.warmup < 0 or args.threads < 0 or args.heldout < 0:
+        p.error("--warmup, --threads and --heldout must be >= 0")
     if args.batch % args.num_generations:
         p.error(f"--batch {args.batch} must be a multiple of --num-generations {args.num_generations}")
     for item in args.variant or []:
@@ -351,6 +388,7 @@ def main(argv: list[str] | None = None) -> int:
         "warmup": args.warmup,
         "rounds": args.rounds,
         "seed": args.seed,
+        "heldout": args.heldout,
         "set": args.set or [],
         "variants": variants(args),
     }

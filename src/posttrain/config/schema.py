@@ -83,7 +83,9 @@ class HwConfig:
     kernels: str | None = MISSING  # kernel backend this device prefers over the default `trl` (tpu: pallas)
     accelerate_config: str | None = MISSING  # conf/accelerate/<name>.yaml when num_devices > 1
     overhead_gib: float = MISSING  # framework overhead per device in the memory plan (CUDA context, allocator, libs)
-    threads: int | None = MISSING  # torch.set_num_threads (CPU work); null: torch's default, one per core
+    # torch.set_num_threads for CPU work: null: torch's default (one per core); 0: one per core left idle by other
+    # jobs when training starts (cores - 1-minute load average, at least 1; posttrain.hardware.profile.idle_cores)
+    threads: int | None = MISSING
     force: bool = False  # train even when the memory plan says it does not fit
 
 

@@ -33,7 +33,8 @@ def heldout_checker(data_cfg: DictConfig) -> Callable[..., list[float]]:
 
 
 def heldout_accuracy(cfg: DictConfig, model: Any, tokenizer: Any, run_dir: Path | None, tag: str) -> dict[str, Any]:
-    """`{"acc", "n", "seconds"}` over the first `data.heldout` test problems; per-problem rows to run_dir."""
+    """`{"acc", "n", "seconds", "correct"}` over the first `data.heldout` test problems (`correct`: per problem, in
+    order); per-problem rows to run_dir."""
     from posttrain.data.grpo import build_grpo_dataset
 
     data_cfg = cfg.data.copy()
@@ -57,7 +58,8 @@ def heldout_accuracy(cfg: DictConfig, model: Any, tokenizer: Any, run_dir: Path 
             for i, (c, ok) in enumerate(zip(completions, correct)):
                 row = {"prompt": ds[i]["prompt"], "answer": columns.get("answer", [None] * len(ds))[i]}
                 f.write(json.dumps({**row, "completion": c, "correct": ok}) + "\n")
-    return {"acc": sum(correct) / len(correct), "n": len(correct), "seconds": round(seconds, 2)}
+    acc = sum(correct) / len(correct)
+    return {"acc": acc, "n": len(correct), "seconds": round(seconds, 2), "correct": [float(c) for c in correct]}
 
 
 def heldout_summary(cfg: DictConfig, trainer: Any, run_dir: Path) -> dict[str, Any]:
