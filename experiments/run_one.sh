@@ -17,3 +17,13 @@ run_one() {
   done
   echo "$name done: $(grep -E 'Elapsed' "$RES/$name/time_v.txt")"
 }
+
+# run_listed NAME...: run_one for each name with its arguments from the caller's associative array RUNS (ORDER
+# lists every name, for the message about an unknown one).
+run_listed() {
+  local name
+  for name in "$@"; do
+    [ -n "${RUNS[$name]+x}" ] || { echo "unknown run $name (one of: ${ORDER[*]})"; return 2; }
+    run_one "$name" "${RUNS[$name]}" || return 1
+  done
+}

@@ -63,3 +63,13 @@ def test_run_one_names_the_failed_run(tmp_path):
     assert proc.returncode == 1
     assert f"demo failed: see {tmp_path / 'runs' / 'demo'}/stdout.log" in proc.stdout
     assert not (tmp_path / "res" / "demo" / "summary.json").exists()
+
+
+def test_run_listed_stops_at_an_unknown_name_with_the_known_ones(tmp_path):
+    cmd = (
+        f"source {ROOT}/experiments/run_one.sh; declare -A RUNS=([a]=x); ORDER=(a); "
+        "run_one() { echo ran $1; }; run_listed a nope"
+    )
+    proc = subprocess.run(["bash", "-c", cmd], capture_output=True, text=True, cwd=tmp_path)
+    assert proc.returncode == 2
+    assert proc.stdout.splitlines() == ["ran a", "unknown run nope (one of: a)"]

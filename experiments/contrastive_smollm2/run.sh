@@ -35,7 +35,4 @@ declare -A RUNS=(
 )
 ORDER=(base contrastive_s0 lm_only_s0 contrastive_s1 lm_only_s1 contrastive_lminj_s0 lm_only_lminj_s0 contrastive_w01_s0)
 
-for name in "${@:-${ORDER[@]}}"; do
-  [ -n "${RUNS[$name]+x}" ] || { echo "unknown run $name (one of: ${ORDER[*]})"; exit 2; }
-  run_one "$name" "${RUNS[$name]}"
-done
+run_listed "${@:-${ORDER[@]}}"

@@ -30,7 +30,4 @@ declare -A RUNS=(
   [ce_sentence_s0]="+experiment=d2l_smollm2 seed=0 algo.kl_coef=0"
 )
 ORDER=(seed0 seed1 short_s0 short_s1 ce_answer_s0 ce_sentence_s0)
-for name in "${@:-${ORDER[@]}}"; do
-  [ -n "${RUNS[$name]+x}" ] || { echo "unknown run $name (one of: ${ORDER[*]})"; exit 2; }
-  run_one "$name" "${RUNS[$name]}"
-done
+run_listed "${@:-${ORDER[@]}}"
