@@ -1,0 +1,77 @@
+"""Where generation's time goes at the make-train configuration (SmolLM2-135M + LoRA, 2 prompts x 4
+completions, 16 new tokens, prompts of the task's length, 1 thread): HF generate, then prefill and a plain decode
+loop with the KV cache, the same loop with the LoRA merged, and the LM head alone.
+
+    OMP_NUM_THREADS=1 python experiments/grpo_step/decode_probe.py > experiments/grpo_step/results/decode_probe.txt
+"""
+
+import time
+
+import torch
+
+from posttrain.config.compose import load_config
+from posttrain.models import load
+
+torch.set_num_threads(1)
+cfg = load_config(["+experiment=grpo_smollm2_add"])
+model, tok = load(cfg, with_lora=True)
+model.eval()
+tok.padding_side = "left"
+prompts = [
+    tok.apply_chat_template(
+        [{"role": "user", "content": f"What is {a} + {b}?"}], tokenize=False, add_generation_prompt=True
+    )
+    for a, b in [(12, 34), (56, 7)]
+    for _ in range(4)
+]
+enc = tok(prompts, return_tensors="pt", padding=True)
+print("prompt len", enc.input_ids.shape)
+
+
+def gen():
+    with torch.no_grad():
+        return model.generate(
+            **enc, max_new_tokens=16, min_new_tokens=16, do_sample=True, temperature=0.7, pad_token_id=tok.pad_token_id
+        )
+
+
+gen()
+t = time.perf_counter()
+gen()
+print("generate 16 tok", round(time.perf_counter() - t, 3))
+# raw decode: prefill + 15 forward calls with the cache
+with torch.no_grad():
+    t = time.perf_counter()
+    out = model(**enc, use_cache=True)
+    pf = time.perf_counter() - t
+    past = out.past_key_values
+    ids = out.logits[:, -1].argmax(-1, keepdim=True)
+    mask = torch.cat([enc.attention_mask, torch.ones(8, 1, dtype=torch.long)], 1)
+    t = time.perf_counter()
+    for _ in range(15):
+        out = model(input_ids=ids, attention_mask=mask, past_key_values=past, use_cache=True)
+        past = out.past_key_values
+        ids = out.logits[:, -1].argmax(-1, keepdim=True)
+        mask = torch.cat([mask, torch.ones(8, 1, dtype=torch.long)], 1)
+    dec = time.perf_counter() - t
+print("prefill", round(pf, 3), "decode 15 steps", round(dec, 3), "per step", round(dec / 15 * 1000, 1), "ms")
+base = model.get_base_model() if hasattr(model, "get_base_model") else model
+with torch.no_grad():
+    merged = model.merge_and_unload() if hasattr(model, "merge_and_unload") else model
+    out = merged(**enc, use_cache=True)
+    past = out.past_key_values
+    ids = out.logits[:, -1].argmax(-1, keepdim=True)
+    mask = torch.cat([enc.attention_mask, torch.ones(8, 1, dtype=torch.long)], 1)
+    t = time.perf_counter()
+    for _ in range(15):
+        out = merged(input_ids=ids, attention_mask=mask, past_key_values=past, use_cache=True)
+        past = out.past_key_values
+        ids = out.logits[:, -1].argmax(-1, keepdim=True)
+        mask = torch.cat([mask, torch.ones(8, 1, dtype=torch.long)], 1)
+    print("merged LoRA: per decode step", round((time.perf_counter() - t) / 15 * 1000, 1), "ms")
+    x = torch.randn(8, 1, 576)
+    lm = merged.lm_head
+    t = time.perf_counter()
+    for _ in range(15):
+        lm(x)
+    print("lm head per step", round((time.perf_counter() - t) / 15 * 1000, 1), "ms")
