@@ -145,9 +145,7 @@ def test_anchor_is_plain_trl_with_posttrains_recipe(tiny_runs):
     assert {k: a[k] for k in grpo_step.RECIPE_KEYS} == {k: b[k] for k in grpo_step.RECIPE_KEYS}
     # TRL's defaults stay TRL's: bf16 autocast and gradient checkpointing
     assert runs["trl"][4]["autocast"] == "bf16" and runs["trl"][4]["gradient_checkpointing"]
-    ours_knobs = runs["posttrain"][4]  # hw=cpu: fp32, no checkpointing, the fused loss kernel
-    assert ours_knobs["autocast"] == "no" and not ours_knobs["gradient_checkpointing"]
-    assert ours_knobs["kernels"] == "fused" and runs["trl"][4]["kernels"] == "trl"
+    assert runs["posttrain"][4]["autocast"] == "no" and not runs["posttrain"][4]["gradient_checkpointing"]  # hw=cpu
     # both train the same LoRA adapters
     count = {
         p: sum(x.numel() for x in t.model.parameters() if x.requires_grad) for p, t in (("a", anchor), ("b", ours))

@@ -169,16 +169,6 @@ def test_tpu_prefers_pallas_unless_chosen(compose):
     assert chosen.kernels.backend == "liger"
 
 
-def test_cpu_prefers_the_fused_loss_unless_chosen(compose):
-    cfg = compose("hw=cpu")
-    assert cfg.hw.threads is None  # torch's default: a thread count read from the load would change numerics
-    apply_profile(cfg, overrides=set())
-    assert cfg.kernels.backend == "fused"  # measured faster at equal results (experiments/grpo_step)
-    chosen = compose("hw=cpu", "kernels=trl")
-    apply_profile(chosen, overrides={"kernels"})
-    assert chosen.kernels.backend == "trl"
-
-
 def test_more_than_one_device_names_launcher_and_sharding(compose):
     one = compose("hw=a100")
     assert launch_hint(one, argv=["hw=a100"]) is None and sharding(one.hw) == "none"
