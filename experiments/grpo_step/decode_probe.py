@@ -39,39 +39,31 @@ gen()
 t = time.perf_counter()
 gen()
 print("generate 16 tok", round(time.perf_counter() - t, 3))
-# raw decode: prefill + 15 forward calls with the cache
-with torch.no_grad():
+
+
+@torch.no_grad()
+def prefill_and_decode(lm, steps: int = 15) -> tuple[float, float]:
+    """Seconds of the prefill and of `steps` greedy decode steps with the KV cache (plain forward calls)."""
     t = time.perf_counter()
-    out = model(**enc, use_cache=True)
-    pf = time.perf_counter() - t
-    past = out.past_key_values
-    ids = out.logits[:, -1].argmax(-1, keepdim=True)
-    mask = torch.cat([enc.attention_mask, torch.ones(8, 1, dtype=torch.long)], 1)
+    out = lm(**enc, use_cache=True)
+    prefill = time.perf_counter() - t
+    past, ids = out.past_key_values, out.logits[:, -1].argmax(-1, keepdim=True)
+    mask = torch.cat([enc.attention_mask, torch.ones(len(ids), 1, dtype=torch.long)], 1)
     t = time.perf_counter()
-    for _ in range(15):
-        out = model(input_ids=ids, attention_mask=mask, past_key_values=past, use_cache=True)
-        past = out.past_key_values
-        ids = out.logits[:, -1].argmax(-1, keepdim=True)
-        mask = torch.cat([mask, torch.ones(8, 1, dtype=torch.long)], 1)
-    dec = time.perf_counter() - t
+    for _ in range(steps):
+        out = lm(input_ids=ids, attention_mask=mask, past_key_values=past, use_cache=True)
+        past, ids = out.past_key_values, out.logits[:, -1].argmax(-1, keepdim=True)
+        mask = torch.cat([mask, torch.ones(len(ids), 1, dtype=torch.long)], 1)
+    return prefill, time.perf_counter() - t
+
+
+pf, dec = prefill_and_decode(model)
 print("prefill", round(pf, 3), "decode 15 steps", round(dec, 3), "per step", round(dec / 15 * 1000, 1), "ms")
-base = model.get_base_model() if hasattr(model, "get_base_model") else model
+merged = model.merge_and_unload() if hasattr(model, "merge_and_unload") else model
+print("merged LoRA: per decode step", round(prefill_and_decode(merged)[1] / 15 * 1000, 1), "ms")
 with torch.no_grad():
-    merged = model.merge_and_unload() if hasattr(model, "merge_and_unload") else model
-    out = merged(**enc, use_cache=True)
-    past = out.past_key_values
-    ids = out.logits[:, -1].argmax(-1, keepdim=True)
-    mask = torch.cat([enc.attention_mask, torch.ones(8, 1, dtype=torch.long)], 1)
-    t = time.perf_counter()
-    for _ in range(15):
-        out = merged(input_ids=ids, attention_mask=mask, past_key_values=past, use_cache=True)
-        past = out.past_key_values
-        ids = out.logits[:, -1].argmax(-1, keepdim=True)
-        mask = torch.cat([mask, torch.ones(8, 1, dtype=torch.long)], 1)
-    print("merged LoRA: per decode step", round((time.perf_counter() - t) / 15 * 1000, 1), "ms")
     x = torch.randn(8, 1, 576)
-    lm = merged.lm_head
     t = time.perf_counter()
     for _ in range(15):
-        lm(x)
+        merged.lm_head(x)
     print("lm head per step", round((time.perf_counter() - t) / 15 * 1000, 1), "ms")

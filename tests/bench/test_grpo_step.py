@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from posttrain.bench import grpo_step
+from posttrain.bench import grpo_step, grpo_step_trainers
 from posttrain.bench.step_timer import PHASES, StepTimer
 
 SLEEP = {"generation": 0.06, "scoring": 0.03, "rewards": 0.02, "prepare": 0.01, "loss": 0.05, "opt": 0.04, "log": 0.02}
@@ -102,8 +102,8 @@ def tiny_runs(tmp_path_factory):
     runs = {}
     for path in grpo_step.PATHS:
         run_dir = tmp_path_factory.mktemp(path)
-        trainer = grpo_step.build(path, cfg, run_dir)
-        knobs = grpo_step.knobs(trainer)
+        trainer = grpo_step_trainers.build(path, cfg, run_dir)
+        knobs = grpo_step_trainers.knobs(trainer)
         timer = StepTimer.attach(trainer)
         start = time.perf_counter()
         trainer.train()
@@ -142,7 +142,7 @@ def test_anchor_is_plain_trl_with_posttrains_recipe(tiny_runs):
     anchor, ours = runs["trl"][0], runs["posttrain"][0]
     assert type(anchor) is GRPOTrainer and isinstance(ours, PosttrainGRPOTrainer)
     a, b = anchor.args.to_dict(), ours.args.to_dict()
-    assert {k: a[k] for k in grpo_step.RECIPE_KEYS} == {k: b[k] for k in grpo_step.RECIPE_KEYS}
+    assert {k: a[k] for k in grpo_step_trainers.RECIPE_KEYS} == {k: b[k] for k in grpo_step_trainers.RECIPE_KEYS}
     # TRL's defaults stay TRL's: bf16 autocast and gradient checkpointing
     assert runs["trl"][4]["autocast"] == "bf16" and runs["trl"][4]["gradient_checkpointing"]
     assert runs["posttrain"][4]["autocast"] == "no" and not runs["posttrain"][4]["gradient_checkpointing"]  # hw=cpu
