@@ -17,6 +17,7 @@ from posttrain.algos.contrastive.checkpoint import ADAPTER_FILE, HEAD_FILE
 from posttrain.callbacks import JsonlMetricsCallback, read_metrics
 from posttrain.checkpoints import check_run_identity
 from posttrain.errors import CheckpointError
+from posttrain.hardware import apply_profile
 from posttrain.run import run
 from tests.conftest import run_train
 from tests.contrastive.helpers import TINY
@@ -27,6 +28,7 @@ SCHEDULE = ("trainer.grad_accum=2", "trainer.lr_scheduler=linear", "trainer.warm
 
 def _interrupted(compose, run_dir: Path, stop_at: int, *overrides: str) -> None:
     cfg = compose(*TINY, *overrides, run_dir=run_dir)
+    apply_profile(cfg, overrides=set())  # as `run` trains it (attention, kernels, precision from hw=cpu)
     check_run_identity(run_dir, {"model": cfg.model.name, "algo": cfg.algo.name, "data": cfg.data.name}, None)
     transformers.set_seed(cfg.seed)
     trainer = build_trainer(cfg, run_dir, callbacks=[JsonlMetricsCallback(run_dir / "metrics.jsonl"), StopAt(stop_at)])

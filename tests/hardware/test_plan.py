@@ -116,6 +116,14 @@ def test_reference_copy_only_for_full_finetune_with_kl(compose):
     assert _item(full, "reference model") == pytest.approx(1.2358144e9 * 2)
 
 
+def test_rollout_copy_counts_its_bf16_and_packed_weights(compose):
+    default = plan(compose("model=llama3_2_1b", "hw=cpu", "hw.precision=bf16"))
+    rollout = plan(compose("model=llama3_2_1b", "hw=cpu", "hw.precision=bf16", "algo.generation.backend=bf16_copy"))
+    assert "rollout copy" not in {i.name for i in default.items}
+    assert _item(rollout, "rollout copy") == pytest.approx(1.2358144e9 * 2 * 2)
+    assert rollout.peak_bytes > default.peak_bytes
+
+
 def test_weights_quantization_and_optimizer(compose):
     bf16 = plan(compose("model=gpt_oss", "hw=h200"))
     assert _item(bf16, "weights") / GIB == pytest.approx(20.914757184e9 * 2 / GIB, rel=0.01)  # MXFP4 -> bf16

@@ -7,6 +7,7 @@ import os
 import pytest
 import torch
 
+from posttrain.config import precision as precision_mod
 from posttrain.hardware import apply_profile
 from posttrain.hardware import profile as profile_mod
 from posttrain.hardware.profile import sharding
@@ -21,8 +22,9 @@ PROFILES = ("cpu", "rtx4090", "a100", "a100_40gb", "h200", "tpu")
 def test_profiles_compose_with_required_settings(compose, hw):
     cfg = compose(f"hw={hw}")
     assert cfg.hw.name == hw and cfg.hw.device_gib > 0
-    assert cfg.hw.precision == ("fp32" if hw == "cpu" else "bf16")
-    assert dict(cfg.hw.attn_implementation) == {"gpt_oss": "eager", "llama": "sdpa"}
+    assert cfg.hw.precision == ("fp32" if hw == "cpu" else "bf16")  # cpu: auto, and the default model is tiny
+    llama = "eager" if hw == "cpu" else "sdpa"  # cpu: eager trains faster (ATen's CPU flash backward)
+    assert dict(cfg.hw.attn_implementation) == {"gpt_oss": "eager", "llama": llama}
     if cfg.hw.device == "cuda":
         assert cfg.hw.tf32 and cfg.hw.gradient_checkpointing and "expandable_segments" in cfg.hw.alloc_conf
         assert cfg.hw.vllm_mode == "colocate" and cfg.hw.accelerate_config
@@ -37,6 +39,33 @@ def test_precision_sets_dtype_and_trainer_flags(compose, tmp_path):
     assert kwargs["bf16"] and not kwargs["fp16"] and kwargs["tf32"]
     cpu = compose("hw=cpu")
     assert torch_dtype(cpu.model, cpu.hw) == torch.float32 and not common_training_kwargs(cpu, tmp_path)["bf16"]
+
+
+@pytest.mark.parametrize(
+    ("tiny", "amx", "expected"), [(True, True, "fp32"), (False, True, "bf16"), (False, False, "fp32")]
+)
+def test_auto_precision_is_bf16_only_for_pretrained_models_on_amx_cpus(compose, monkeypatch, tiny, amx, expected):
+    monkeypatch.setattr(precision_mod, "cpu_has_amx_bf16", lambda: amx)
+    cfg = compose("hw=cpu", "hw.precision=auto", "model=tiny_llama")
+    cfg.model.tiny = tiny
+    cfg.hw.precision = "auto"  # compose resolved it for this machine already
+    applied = apply_profile(cfg, overrides=set())
+    assert cfg.hw.precision == expected and applied["hw.precision"] == expected
+    assert torch_dtype(cfg.model, cfg.hw) == {"fp32": torch.float32, "bf16": torch.bfloat16}[expected]
+    # the rollout copy comes with bf16 training only, and the command line's backend wins
+    assert cfg.algo.generation.backend == ("bf16_copy" if expected == "bf16" else "hf")
+    cfg.hw.precision, cfg.algo.generation.backend = "auto", "hf"
+    apply_profile(cfg, overrides={"algo.generation.backend"})
+    assert cfg.algo.generation.backend == "hf"
+
+
+def test_cpu_flags_are_read_from_cpuinfo(monkeypatch, tmp_path):
+    info = tmp_path / "cpuinfo"
+    monkeypatch.setattr(precision_mod, "Path", lambda _: info)
+    info.write_text("processor : 0\nflags : fpu avx512_bf16 amx_tile\n")
+    assert not precision_mod.cpu_has_amx_bf16()  # avx512_bf16 is not amx_bf16
+    info.write_text("processor : 0\nflags : fpu amx_bf16 amx_tile\n")
+    assert precision_mod.cpu_has_amx_bf16()
 
 
 def test_tf32_sets_matmul_precision(compose):

@@ -40,6 +40,10 @@ def gguf_file(tiny, tmp_path):
     return write_tiny_gguf(model, tok, tmp_path / "tiny.gguf")
 
 
+# a tiny architecture loaded as a real checkpoint; fp32 (hw=cpu would pick bf16 for it on an AMX CPU)
+REAL_FP32 = ("model=tiny_llama", "model.tiny=false", "hw.precision=fp32")
+
+
 def _logits(model, tok):
     ids = torch.tensor([tok(TEXT, add_special_tokens=False).input_ids])
     with torch.no_grad():
@@ -55,7 +59,7 @@ def test_model_path_loads_a_local_hf_directory(compose, tiny, tmp_path):
     model, tok = tiny
     model.save_pretrained(tmp_path / "ckpt")
     tok.save_pretrained(tmp_path / "ckpt")
-    cfg = compose("model=tiny_llama", "model.tiny=false", f"model.path={tmp_path / 'ckpt'}")
+    cfg = compose(*REAL_FP32, f"model.path={tmp_path / 'ckpt'}")
     loaded, tok2 = load(cfg, with_lora=False)
     assert torch.equal(_logits(loaded, tok2), _logits(model, tok))
     assert tok2.padding_side == "left" and "{% generation %}" in tok2.chat_template  # the repo's template
@@ -65,13 +69,13 @@ def test_model_path_without_config_is_one_line_error(compose, tmp_path):
     from posttrain.config.validate import ConfigError
 
     with pytest.raises(ConfigError, match="not a model directory") as ex:
-        load(compose("model=tiny_llama", "model.tiny=false", f"model.path={tmp_path}"), with_lora=False)
+        load(compose(*REAL_FP32, f"model.path={tmp_path}"), with_lora=False)
     assert "\n" not in str(ex.value)
 
 
 def test_gguf_file_is_converted_once_then_loaded_from_cache(compose, tiny, gguf_file, cache, monkeypatch):
     model, tok = tiny
-    overrides = ("model=tiny_llama", "model.tiny=false", f"model.path={gguf_file.parent}", "model.gguf_file=tiny.gguf")
+    overrides = (*REAL_FP32, f"model.path={gguf_file.parent}", "model.gguf_file=tiny.gguf")
     loaded, tok2 = load(compose(*overrides), with_lora=False)
     assert torch.equal(_logits(loaded, tok2), _logits(model, tok))  # same weights, q/k un-permuted, same token ids
     entries = list((cache / "gguf").iterdir())
@@ -82,7 +86,7 @@ def test_gguf_file_is_converted_once_then_loaded_from_cache(compose, tiny, gguf_
         raise AssertionError("converted again on a cache hit")
 
     monkeypatch.setattr(fetch, "convert_gguf", no_conversion)
-    again, tok3 = load(compose(*overrides[:2], f"model.gguf_file={gguf_file}"), with_lora=False)  # absolute path
+    again, tok3 = load(compose(*REAL_FP32, f"model.gguf_file={gguf_file}"), with_lora=False)  # absolute path
     assert torch.equal(_logits(again, tok3), _logits(model, tok))
 
 

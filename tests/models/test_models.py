@@ -93,3 +93,23 @@ def test_eos_prior_sets_initial_stop_probability(compose):
     ids = tok("some prompt text to score", return_tensors="pt").input_ids
     p = model(ids).logits.softmax(-1)[0, :, tok.eos_token_id]
     assert 0.1 < float(p.mean()) < 0.3
+
+
+def test_lm_head_gets_a_contiguous_input_so_generation_prefill_is_one_gemm(compose):
+    """Prefill feeds the head `hidden[:, -1:]`; without grad torch's matmul cannot fold that view and broadcasts
+    the [vocab, hidden] weight over the batch (`aten::bmm` on a batch x hidden x vocab copy). The loader's hook
+    hands the head a contiguous input: one `mm`, the same logits."""
+    from torch.profiler import profile
+
+    model, _ = load(compose("model=tiny_llama"), with_lora=False)
+    model = model.to(torch.bfloat16)
+    hidden = torch.randn(4, 9, model.config.hidden_size, dtype=torch.bfloat16)
+    last = hidden[:, -1:]
+    assert not last.is_contiguous()
+    head = model.get_output_embeddings()
+    with torch.no_grad(), profile() as prof:
+        out = head(last)
+    ops = {e.key for e in prof.key_averages()}
+    assert "aten::bmm" not in ops and "aten::mm" in ops
+    with torch.no_grad():
+        torch.testing.assert_close(out, torch.nn.functional.linear(last.contiguous(), head.weight), rtol=0, atol=0)

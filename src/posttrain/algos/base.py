@@ -52,6 +52,7 @@ class Workload:
     gen_prompt_len: int = 0
     vllm_colocated: bool = False  # a colocated vLLM engine holds `hw.vllm_gpu_memory_utilization` of the device
     ref_copy: bool = False  # a frozen full copy of the base model (reference policy)
+    rollout_copy: bool = False  # a bf16 copy of the policy that generates, plus its packed linear weights (CPU)
     encoder_copy: bool = False  # a frozen full copy of the base model (context encoder)
     encoder_seqs: int = 0
     encoder_len: int = 0

@@ -9,6 +9,7 @@ from hydra.errors import HydraException
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
+from posttrain.config.precision import resolve_precision
 from posttrain.config.registry import register
 from posttrain.config.validate import ConfigError, validate
 from posttrain.paths import CONF_DIR
@@ -44,6 +45,7 @@ def load_config(overrides: Sequence[str] = (), validate_rules: bool = True, hf_n
             cfg = compose(config_name="config", overrides=list(overrides))
     except (HydraException, OmegaConfBaseException) as ex:
         raise ConfigError(_one_line(ex)) from None
+    resolve_precision(cfg)  # hw.precision=auto: the value for this machine, as `apply_profile` sets it
     if validate_rules:
         validate(cfg, hf_names=hf_names)
     return cfg

@@ -69,7 +69,7 @@ class HwConfig:
     device: str = MISSING  # cpu | cuda | xla
     device_gib: float = MISSING
     num_devices: int = MISSING
-    precision: str = MISSING  # fp32 | bf16 | fp16
+    precision: str = MISSING  # fp32 | bf16 | fp16 | auto (bf16 for pretrained models on AMX CPUs, else fp32)
     tf32: bool = MISSING
     gradient_checkpointing: bool = MISSING
     alloc_conf: str | None = MISSING  # PYTORCH_CUDA_ALLOC_CONF
@@ -78,6 +78,8 @@ class HwConfig:
     # Attention implementation per model family when model.attn_implementation is null (posttrain.hardware).
     attn_implementation: dict[str, str] = MISSING
     per_device_batch_size: int | None = MISSING  # null: keep trainer.per_device_batch_size
+    # algo.generation.backend when training runs in bf16 and the command line left it (cpu: bf16_copy)
+    generation_backend: str | None = MISSING
     vllm_mode: str | None = MISSING  # null | colocate | server
     vllm_gpu_memory_utilization: float = MISSING  # share of device memory a colocated vLLM reserves
     kernels: str | None = MISSING  # kernel backend this device prefers over the default `trl` (tpu: pallas)

@@ -15,7 +15,7 @@ _CHOICES = {
     "mode": ("train", "plan", "eval"),
     "model.family": ("llama", "gpt_oss"),
     "model.dtype": ("auto", "float32", "bfloat16", "float16"),
-    "hw.precision": ("fp32", "bf16", "fp16"),
+    "hw.precision": ("fp32", "bf16", "fp16", "auto"),
     "kernels.backend": KERNEL_CHOICES,
     "logger.name": ("jsonl", "wandb"),
     "data.source": ("generator", "hub", "jsonl"),

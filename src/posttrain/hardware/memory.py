@@ -193,6 +193,9 @@ def plan(cfg: DictConfig) -> Plan:
         items.append(Item("reference model", base_bytes / shard_all, "persistent", "frozen copy (beta > 0, no LoRA)"))
     if work.encoder_copy:
         items.append(Item("context encoder", base_bytes / shard_all, "persistent", "frozen copy of the base"))
+    if work.rollout_copy:
+        copy_bytes = 2 * counts.total * 2
+        items.append(Item("rollout copy", copy_bytes, "persistent", "bf16 weights + their oneDNN-packed layout"))
 
     trainable, tbytes = counts.trainable + work.extra_trainable, counts.trainable_bytes + 4 * work.extra_trainable
     states, temp, onote = optimizer_bytes(hw, trainable, tbytes, max(counts.largest_trainable, work.extra_trainable))

@@ -1,8 +1,10 @@
 """Apply a hardware profile (`conf/hw/*.yaml`) to a composed config: one function, `apply_profile(cfg)`.
 
 What a profile decides and where it lands:
-- precision: the model dtype (`model.dtype=auto` resolves from `hw.precision`) and TrainingArguments bf16/fp16
-  (`posttrain.training_args`); TF32: `torch.set_float32_matmul_precision("high")` here.
+- precision: `hw.precision=auto` (hw=cpu) resolves here too (`posttrain.config.precision`: bf16 for a pretrained
+  model on an AMX bf16 CPU, fp32 otherwise and for tiny models). Then the model dtype (`model.dtype=auto` resolves
+  from `hw.precision`) and TrainingArguments bf16/fp16 (`posttrain.training_args`); TF32:
+  `torch.set_float32_matmul_precision("high")` here.
 - attention: `model.attn_implementation` from `hw.attn_implementation[family]` when the model file leaves it null.
 - gradient checkpointing (`use_reentrant=False`): `posttrain.training_args.gradient_checkpointing` (HF Trainer).
 - `PYTORCH_CUDA_ALLOC_CONF`: set here (before the first CUDA allocation).
@@ -11,6 +13,8 @@ What a profile decides and where it lands:
 - optimizer: `hw.optimizer`, or `hw.optimizer_fallback` when it needs bitsandbytes and that is not installed.
 - default batch: `hw.per_device_batch_size` replaces `trainer.per_device_batch_size` unless the command line
   set it (rounded up to a multiple of the algorithm's `batch_multiple`).
+- generation: `hw.generation_backend` for `algo.generation.backend` when training runs in bf16 and the command
+  line left the backend alone (hw=cpu: `bf16_copy`, a bf16 copy of the policy samples the rollouts).
 - vLLM: `hw.vllm_mode` for `algo.generation.vllm_mode` unless the command line set it.
 - kernels: `hw.kernels` replaces the default `kernels=trl` unless the command line chose one (tpu: pallas).
 - the algorithm's own keys (e.g. a vLLM mode from `hw.vllm_mode`): `Algorithm.apply_hardware`.
@@ -28,6 +32,8 @@ from typing import Any
 
 import torch
 from omegaconf import DictConfig, open_dict
+
+from posttrain.config.precision import resolve_precision
 
 BNB_OPTIMIZERS = ("8bit", "paged_")  # HF optim names that need bitsandbytes
 
@@ -80,6 +86,9 @@ def apply_profile(cfg: DictConfig, overrides: set[str] | None = None) -> dict[st
     hw = cfg.hw
     given = cli_overrides() if overrides is None else overrides
     applied: dict[str, Any] = {}
+    precision = resolve_precision(cfg)
+    if precision:
+        applied["hw.precision"] = precision
     with open_dict(cfg):
         if not cfg.model.attn_implementation:
             impl = dict(hw.attn_implementation).get(cfg.model.family)

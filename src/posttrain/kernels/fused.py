@@ -170,7 +170,8 @@ def _tile_forward(hidden, weight, targets, temperature, token_block, vocab_block
 
 
 class FusedLinearLogProb(torch.autograd.Function):
-    """logp [N] = log_softmax(hidden @ weight.T / T)[targets], never holding more than one tile of logits."""
+    """logp [N] = log_softmax(hidden @ weight.T / T)[targets], never holding more than one tile of logits, and the
+    entropy [N] of that softmax (no gradient): H = lse - sum_j p_j z_j = lse - h . e / T, from the same `e`."""
 
     @staticmethod
     def forward(
@@ -188,14 +189,16 @@ class FusedLinearLogProb(torch.autograd.Function):
             logp = _target_logits(hidden, weight, targets, 1.0 / temperature) - lse
         else:
             logp, lse, e = _tile_forward(hidden, weight, targets, temperature, token_block, vocab_block, fold)
+        entropy = lse - torch.linalg.vecdot(hidden.to(e.dtype), e) / temperature
+        ctx.mark_non_differentiable(entropy)
         ctx.save_for_backward(hidden, weight, targets, lse, e)
         ctx.temperature = temperature
         ctx.blocks = (token_block, vocab_block)
         ctx.consumed = False
-        return logp
+        return logp, entropy.clamp_(min=0.0)  # >= 0 exactly; rounding of e (bf16 path) can dip below
 
     @staticmethod
-    def backward(ctx, grad_logp: torch.Tensor):
+    def backward(ctx, grad_logp: torch.Tensor, grad_entropy: torch.Tensor | None = None):
         hidden, weight, targets, lse, e = ctx.saved_tensors
         if ctx.consumed:
             raise RuntimeError(
@@ -258,6 +261,18 @@ def fused_logps(
 
     Tile sizes default to the module's TOKEN_BLOCK x VOCAB_BLOCK (read at call time).
     """
+    return fused_logps_entropy(hidden, weight, targets, temperature, token_block, vocab_block)[0]
+
+
+def fused_logps_entropy(
+    hidden: torch.Tensor,
+    weight: torch.Tensor,
+    targets: torch.Tensor,
+    temperature: float = 1.0,
+    token_block: int | None = None,
+    vocab_block: int | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """`fused_logps` and the per-token entropy of softmax(hidden @ weight.T / T) [N] (detached), one pass."""
     return FusedLinearLogProb.apply(
         hidden, weight, targets, float(temperature), int(token_block or TOKEN_BLOCK), int(vocab_block or VOCAB_BLOCK)
     )

@@ -216,20 +216,60 @@ def completion_logps(
 
     Only the unmasked positions are projected (padding costs nothing); like TRL, masked positions are 0.
     """
-    B, T, H = hidden.shape
     fn = _backend_fn(backend, "logps")
+    return _completion_outputs(fn, 1, hidden, lm_head_weight, completion_ids, completion_mask, temperature)[0]
+
+
+def completion_logps_entropy(
+    hidden: torch.Tensor,
+    lm_head_weight: torch.Tensor,
+    completion_ids: torch.Tensor,
+    completion_mask: torch.Tensor,
+    *,
+    backend: str = "fused",
+    temperature: float = 1.0,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """`completion_logps` and the per-token entropy [B, T] (detached, 0 where masked) from the same pass, for the
+    backends that have one (`Backend.entropy_function`); None for the others."""
+    _backend_fn(backend, "logps")
+    fn = BACKENDS[backend].load_with_entropy()
+    if fn is None:
+        return completion_logps(
+            hidden, lm_head_weight, completion_ids, completion_mask, backend=backend, temperature=temperature
+        ), None
+    logps, entropy = _completion_outputs(fn, 2, hidden, lm_head_weight, completion_ids, completion_mask, temperature)
+    return logps, entropy.detach()
+
+
+def _completion_outputs(
+    fn: Callable,
+    n_out: int,
+    hidden: torch.Tensor,
+    weight: torch.Tensor,
+    ids: torch.Tensor,
+    mask: torch.Tensor,
+    temperature: float,
+) -> tuple[torch.Tensor, ...]:
+    """`fn`'s `n_out` per-token outputs ([N] each, log-probs first) on the unmasked positions, as [B, T] (0 where
+    masked)."""
+    B, T, H = hidden.shape
     flat_h = hidden.reshape(B * T, H)
-    flat_y = completion_ids.reshape(B * T)
-    keep = completion_mask.reshape(B * T) != 0
+    flat_y = ids.reshape(B * T)
+    keep = mask.reshape(B * T) != 0
     n_keep = int(keep.sum())
-    out_dtype = torch.promote_types(hidden.dtype, torch.float32)
+
+    def as_tuple(out) -> tuple[torch.Tensor, ...]:
+        return tuple(out) if n_out > 1 else (out,)
+
     if n_keep == B * T:
-        return fn(flat_h, lm_head_weight, flat_y, temperature).view(B, T)
+        return tuple(o.view(B, T) for o in as_tuple(fn(flat_h, weight, flat_y, temperature)))
+    out_dtype = torch.promote_types(hidden.dtype, torch.float32)
     if n_keep == 0:  # keep the graph connected: a differentiable zero
-        return (hidden.sum(-1) * 0).to(out_dtype) + (lm_head_weight.sum() * 0).to(out_dtype)
+        zero = (hidden.sum(-1) * 0).to(out_dtype) + (weight.sum() * 0).to(out_dtype)
+        return (zero, *(torch.zeros(B, T, dtype=out_dtype, device=hidden.device) for _ in range(n_out - 1)))
     idx = keep.nonzero().squeeze(1)
-    lp = fn(flat_h.index_select(0, idx), lm_head_weight, flat_y.index_select(0, idx), temperature)
-    return torch.zeros(B * T, dtype=lp.dtype, device=lp.device).index_put((idx,), lp).view(B, T)
+    outs = as_tuple(fn(flat_h.index_select(0, idx), weight, flat_y.index_select(0, idx), temperature))
+    return tuple(torch.zeros(B * T, dtype=o.dtype, device=o.device).index_put((idx,), o).view(B, T) for o in outs)
 
 
 def grpo_loss(
@@ -253,7 +293,8 @@ def grpo_loss(
     kl_bias_correction: bool = KL_BIAS_CORRECTION,
     vllm_is_ratio: torch.Tensor | None = None,
     return_logps: bool = False,
-) -> tuple[torch.Tensor, dict[str, float]] | tuple[torch.Tensor, dict[str, float], torch.Tensor]:
+    return_entropy: bool = False,
+) -> tuple:
     """GRPO policy loss of completions, from final-norm hidden states and the LM head weight.
 
     Args mirror TRL's `GRPOTrainer` (see the package docstring for the full contract); `kl_bias_correction` is
@@ -262,6 +303,8 @@ def grpo_loss(
     `policy_loss, kl_mean, kl_p95, clip_ratio, clip_ratio/low_mean, clip_ratio/high_mean`
     (`kl_*` are NaN without `ref_logps`). With `return_logps`, also the detached per-token log-probs [B, T] (for
     metrics over several micro-batches or processes; `liger`, which never forms them, gets them from `fused`).
+    With `return_entropy`, last the detached per-token entropy [B, T] of the policy's softmax, from the same pass
+    where the backend has one (`fused`), else None.
     """
     _check_options(loss_type, kl_estimator, importance_sampling_level, beta, ref_logps, temperature)
     if hidden.dim() != 3 or lm_head_weight.dim() != 2 or hidden.shape[-1] != lm_head_weight.shape[-1]:
@@ -299,15 +342,23 @@ def grpo_loss(
             temperature=temperature,
             **kwargs,
         )
-        if not return_logps:
-            return loss, stats
-        with torch.no_grad():
-            logps = completion_logps(
-                hidden, lm_head_weight, completion_ids, completion_mask, backend="fused", temperature=temperature
-            )
-        return loss, stats, logps
-    logps = completion_logps(
-        hidden, lm_head_weight, completion_ids, completion_mask, backend=backend, temperature=temperature
-    )
+        extra: list[Any] = []
+        if return_logps:
+            with torch.no_grad():
+                args = (hidden, lm_head_weight, completion_ids, completion_mask)
+                extra.append(completion_logps(*args, backend="fused", temperature=temperature))
+        if return_entropy:
+            extra.append(None)
+        return (loss, stats, *extra)
+    args = (hidden, lm_head_weight, completion_ids, completion_mask)
+    if return_entropy:
+        logps, entropy = completion_logps_entropy(*args, backend=backend, temperature=temperature)
+    else:
+        logps, entropy = completion_logps(*args, backend=backend, temperature=temperature), None
     loss, stats = policy_loss_from_logps(logps, completion_mask, advantages, old_logps, ref_logps, **kwargs)
-    return (loss, stats, logps.detach()) if return_logps else (loss, stats)
+    out: list[Any] = [loss, stats]
+    if return_logps:
+        out.append(logps.detach())
+    if return_entropy:
+        out.append(entropy)
+    return tuple(out)

@@ -38,9 +38,16 @@ class Backend:
     requires: tuple[str, ...] = ()  # importable modules it needs
     native_cpu: bool = True  # False: on CPU it only runs in an interpreter (tests yes, benchmarks no)
     device_check: Callable[[], tuple[bool, str]] | None = None
+    # `fn(hidden, weight, targets, temperature) -> (logp [N], entropy [N])` from the same pass, when it has one
+    entropy_function: str | None = None
 
     def load(self) -> Callable:
         return getattr(importlib.import_module(self.module), self.function)
+
+    def load_with_entropy(self) -> Callable | None:
+        if self.entropy_function is None:
+            return None
+        return getattr(importlib.import_module(self.module), self.entropy_function)
 
 
 def _triton_device() -> tuple[bool, str]:
@@ -81,6 +88,7 @@ _TABLE = (
         "fused_logps",
         "logps",
         "ours: two GEMMs per tile, hidden-state gradient finished in the forward",
+        entropy_function="fused_logps_entropy",
     ),
     Backend(
         "triton",

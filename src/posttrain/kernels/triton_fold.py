@@ -100,4 +100,4 @@ def triton_logps(
         int(token_block or TOKEN_BLOCK),
         int(vocab_block or VOCAB_BLOCK),
         fold_tile,
-    )
+    )[0]

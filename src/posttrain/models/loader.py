@@ -159,6 +159,14 @@ def load(cfg: DictConfig, with_lora: bool = True) -> tuple[PreTrainedModel, Any]
         model, tokenizer = _build_tiny(model_cfg, hw_cfg, cfg.seed)
     else:
         model, tokenizer = _load_real(model_cfg, hw_cfg)
+    model.get_output_embeddings().register_forward_pre_hook(_contiguous_input)
     if with_lora and model_cfg.lora.enabled:
         model = apply_lora(model, model_cfg)
     return model, tokenizer
+
+
+def _contiguous_input(module: torch.nn.Module, args: tuple[torch.Tensor, ...]) -> tuple[torch.Tensor, ...]:
+    """The LM head's input made contiguous. Generation's prefill feeds it `hidden[:, -1:]`, a view torch's matmul
+    cannot fold into one GEMM without grad: it broadcasts the head weight over the batch instead (a batch x vocab x
+    hidden copy: 1.5 s of a 2.4 s bf16 rollout of SmolLM2-135M on one core, experiments/grpo_step)."""
+    return (args[0].contiguous(), *args[1:])

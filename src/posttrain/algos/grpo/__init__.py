@@ -35,14 +35,17 @@ class GRPO(Algorithm):
         return int(cfg.algo.num_generations)  # whole groups per generation batch
 
     def apply_hardware(self, cfg: DictConfig, given: set[str]) -> dict[str, Any]:
-        """The profile's vLLM mode (colocate on one big device, server otherwise) unless the command line chose."""
-        mode = cfg.hw.vllm_mode
-        gen = cfg.algo.generation
-        if not mode or "algo.generation.vllm_mode" in given or gen.vllm_mode == mode:
-            return {}
+        """The profile's vLLM mode (colocate on one big device, server otherwise) and, for bf16 training, its
+        generation backend (hw=cpu: the bf16 rollout copy), each unless the command line chose."""
+        hw, gen = cfg.hw, cfg.algo.generation
+        applied: dict[str, Any] = {}
         with open_dict(cfg):
-            gen.vllm_mode = mode
-        return {"algo.generation.vllm_mode": mode}
+            if hw.vllm_mode and "algo.generation.vllm_mode" not in given and gen.vllm_mode != hw.vllm_mode:
+                gen.vllm_mode = applied["algo.generation.vllm_mode"] = hw.vllm_mode
+            backend = hw.get("generation_backend")
+            if backend and hw.precision == "bf16" and gen.backend == "hf" and "algo.generation.backend" not in given:
+                gen.backend = applied["algo.generation.backend"] = backend
+        return applied
 
     def workload(self, cfg: DictConfig) -> Workload:
         """`trainer.per_device_batch_size` counts *completions* (TRL's convention): prompts x num_generations. A
@@ -73,6 +76,7 @@ class GRPO(Algorithm):
             if vllm and algo.generation.vllm_mode == "colocate"
             else (),
             ref_copy=float(algo.beta) > 0 and not cfg.model.lora.enabled,
+            rollout_copy=algo.generation.backend == "bf16_copy",
         )
 
     def build_trainer(self, cfg: DictConfig, run_dir: Path, callbacks: list) -> Any:

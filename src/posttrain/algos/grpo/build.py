@@ -63,6 +63,16 @@ def _reference_for_full_finetuning(cfg: DictConfig, model: Any, run_dir: Path) -
     model.config._name_or_path = str(init_dir)
 
 
+def _rollout_copy(cfg: DictConfig, model: Any):
+    """`algo.generation.backend=bf16_copy`: the bf16 copy of the policy that generates (sdpa attention for Llama,
+    whatever training uses: measured in experiments/grpo_step)."""
+    if cfg.algo.generation.backend != "bf16_copy":
+        return None
+    from posttrain.algos.grpo.rollout_copy import RolloutCopy
+
+    return RolloutCopy(model, attn_implementation="sdpa" if cfg.model.family == "llama" else None)
+
+
 def build_trainer(cfg: DictConfig, run_dir: Path, callbacks: list | None = None):
     """Model, data, rewards and `PosttrainGRPOTrainer`, ready to `.train()`."""
     from posttrain.algos.grpo.trainer import PosttrainGRPOTrainer
@@ -99,6 +109,7 @@ def build_trainer(cfg: DictConfig, run_dir: Path, callbacks: list | None = None)
         kl_estimator=kl.estimator,
         kl_controller=controller,
         reward_hist_default=cfg.data.name,
+        rollout_copy=_rollout_copy(cfg, model),
     )
     trainer.heldout_before = heldout_before
     return trainer

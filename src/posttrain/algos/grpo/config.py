@@ -23,7 +23,8 @@ class KLConfig:
 
 @dataclass
 class GenerationConfig:
-    backend: str = "hf"  # hf | vllm
+    # hf: TRL's transformers generate on the policy | vllm | bf16_copy: on a merged bf16 copy (CPU, rollout_copy)
+    backend: str = "hf"
     vllm_mode: str = "colocate"  # colocate | server
     temperature: float = 1.0
     top_p: float = 1.0
@@ -53,7 +54,7 @@ CHOICES = {
     "scale_rewards": ("group", "batch", "none"),
     "importance_sampling_level": IS_LEVELS,
     "kl.estimator": KL_ESTIMATORS,
-    "generation.backend": ("hf", "vllm"),
+    "generation.backend": ("hf", "vllm", "bf16_copy"),
     "generation.vllm_mode": ("colocate", "server"),
 }
 
@@ -70,6 +71,10 @@ def validate_grpo(cfg: DictConfig) -> None:
         raise ConfigError(
             f"algo.num_generations={algo.num_generations} must divide the generation batch "
             f"(per_device_batch_size*grad_accum*devices={global_batch})"
+        )
+    if algo.generation.backend == "bf16_copy" and cfg.hw.device != "cpu":
+        raise ConfigError(
+            f"algo.generation.backend=bf16_copy is the CPU rollout copy; on hw.device={cfg.hw.device} use hf or vllm"
         )
     if algo.kl.target is not None and algo.kl.target <= 0:
         raise ConfigError(f"algo.kl.target={algo.kl.target} must be > 0 (or null to disable adaptive beta)")

@@ -37,6 +37,7 @@ from posttrain.algos.grpo.policy_forward import (
     router_aux_loss,
 )
 from posttrain.algos.grpo.reward_hist import RewardHistogram, constraint_types, total_range
+from posttrain.algos.grpo.rollout_copy import RolloutCopy
 from posttrain.checkpoints import AtomicCheckpointMixin
 from posttrain.errors import TrainingError
 from posttrain.guards import check_finite_loss
@@ -59,6 +60,7 @@ class PosttrainGRPOTrainer(AtomicCheckpointMixin, GRPOTrainer):
         kl_estimator: str = "k3",
         kl_controller: AdaptiveBeta | None = None,
         reward_hist_default: str = "all",
+        rollout_copy: RolloutCopy | None = None,
         **kwargs,
     ):
         super().__init__(*args, **kwargs)
@@ -78,6 +80,8 @@ class PosttrainGRPOTrainer(AtomicCheckpointMixin, GRPOTrainer):
         self._step_beta = self.beta  # the beta the current optimizer step's loss uses, logged with that step
         self._step_kls_from = 0  # where the current step's entries start in `_metrics["train"]["kl"]`
         self.add_callback(_AfterOptimizerStep(self._after_optimizer_step))
+        self.rollout_copy = rollout_copy  # algo.generation.backend=bf16_copy; synced once per optimizer step
+        self._rollout_copy_step = self.state.global_step
         if kl_controller is not None:
             self.add_callback(kl_controller)  # an ExportableState callback: HF saves it in every checkpoint
 
@@ -201,9 +205,13 @@ class PosttrainGRPOTrainer(AtomicCheckpointMixin, GRPOTrainer):
         # Through the wrapper's forward (as TRL's distillation trainer does): DDP then all-reduces the gradients,
         # FSDP and DeepSpeed gather what they shard. Collectives for the metrics run after it, outside.
         unwrapped = self.accelerator.unwrap_model(model)
-        loss, stats, kl, aux_loss = self._forward_redirection(model, unwrapped, self._kernel_forward, unwrapped, inputs)
+        loss, stats, kl, aux_loss, entropy = self._forward_redirection(
+            model, unwrapped, self._kernel_forward, unwrapped, inputs
+        )
         mask = inputs["completion_mask"]
         mode = "train" if self.model.training else "eval"
+        if entropy is not None:  # TRL's `entropy` metric, from the kernel's own pass (fused)
+            self._metrics[mode]["entropy"].append(global_masked_mean(self.accelerator, entropy, mask))
         accum = self.current_gradient_accumulation_steps if mode == "train" else 1.0
         if self.loss_type == "dapo":  # TRL normalises DAPO by the tokens of the whole accumulation window
             window = inputs["num_items_in_batch"].clamp(min=1.0) / self.accelerator.num_processes
@@ -257,7 +265,7 @@ class PosttrainGRPOTrainer(AtomicCheckpointMixin, GRPOTrainer):
         if self.use_vllm and self.vllm_importance_sampling_correction:  # TRL's correction of vLLM's sampling
             vllm_is = inputs["importance_sampling_ratio"]
         with lm_head_gathered(weight):  # ZeRO-3: the head is read directly, so gather it (TRL's helper)
-            loss, stats, logps = grpo_loss(
+            loss, stats, logps, entropy = grpo_loss(
                 hidden.to(weight.device),
                 weight,
                 completion_ids,
@@ -277,6 +285,7 @@ class PosttrainGRPOTrainer(AtomicCheckpointMixin, GRPOTrainer):
                 kl_bias_correction=self.args.use_bias_correction_kl,
                 vllm_is_ratio=vllm_is,
                 return_logps=True,
+                return_entropy=True,
             )
         kl = None
         if ref is not None and self.beta != 0.0:
@@ -289,7 +298,20 @@ class PosttrainGRPOTrainer(AtomicCheckpointMixin, GRPOTrainer):
                 kl_bias_correction=self.args.use_bias_correction_kl,
                 importance_sampling_level=self.importance_sampling_level,
             )
-        return loss, stats, kl, aux_loss
+        return loss, stats, kl, aux_loss, entropy
+
+    def _generate_single_turn(self, *args, **kwargs):
+        """With a rollout copy, TRL's transformers generation runs on it (synced once per optimizer step)."""
+        if self.rollout_copy is None or self.use_vllm:
+            return super()._generate_single_turn(*args, **kwargs)
+        if self.state.global_step != self._rollout_copy_step:
+            self.rollout_copy.sync(self.accelerator.unwrap_model(self.model))
+            self._rollout_copy_step = self.state.global_step
+        wrapped, self.model_wrapped = self.model_wrapped, self.rollout_copy.model
+        try:
+            return super()._generate_single_turn(*args, **kwargs)
+        finally:
+            self.model_wrapped = wrapped
 
     def _generate_and_score_completions(self, inputs):
         try:
