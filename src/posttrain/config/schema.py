@@ -77,6 +77,8 @@ class HwConfig:
     optimizer_fallback: str | None = MISSING  # used when `optimizer` needs bitsandbytes and it is not installed
     # Attention implementation per model family when model.attn_implementation is null (posttrain.hardware).
     attn_implementation: dict[str, str] = MISSING
+    # ... and where training runs in bf16 (cpu: eager for llama, ATen's CPU flash-attention backward is slow in bf16)
+    bf16_attn_implementation: dict[str, str] | None = MISSING
     per_device_batch_size: int | None = MISSING  # null: keep trainer.per_device_batch_size
     # algo.generation.backend when training runs in bf16 and the command line left it (cpu: bf16_copy)
     generation_backend: str | None = MISSING

@@ -5,7 +5,8 @@ What a profile decides and where it lands:
   model on an AMX bf16 CPU, fp32 otherwise and for tiny models). Then the model dtype (`model.dtype=auto` resolves
   from `hw.precision`) and TrainingArguments bf16/fp16 (`posttrain.training_args`); TF32:
   `torch.set_float32_matmul_precision("high")` here.
-- attention: `model.attn_implementation` from `hw.attn_implementation[family]` when the model file leaves it null.
+- attention: `model.attn_implementation` from `hw.attn_implementation[family]` when the model file leaves it null
+  (`hw.bf16_attn_implementation[family]` instead when training runs in bf16).
 - gradient checkpointing (`use_reentrant=False`): `posttrain.training_args.gradient_checkpointing` (HF Trainer).
 - `PYTORCH_CUDA_ALLOC_CONF`: set here (before the first CUDA allocation).
 - CPU threads: `hw.threads` -> `torch.set_num_threads` here (null: torch's default, one per core; 0: the cores
@@ -92,6 +93,8 @@ def apply_profile(cfg: DictConfig, overrides: set[str] | None = None) -> dict[st
     with open_dict(cfg):
         if not cfg.model.attn_implementation:
             impl = dict(hw.attn_implementation).get(cfg.model.family)
+            if hw.precision == "bf16" and hw.get("bf16_attn_implementation"):
+                impl = dict(hw.bf16_attn_implementation).get(cfg.model.family, impl)
             if impl:
                 cfg.model.attn_implementation = impl
                 applied["model.attn_implementation"] = impl
