@@ -8,6 +8,7 @@ loop with the KV cache, the same loop with the LoRA merged, and the LM head alon
 import time
 
 import torch
+from probe_batch import make_train_batch
 
 from posttrain.config.compose import load_config
 from posttrain.models import load
@@ -16,15 +17,7 @@ torch.set_num_threads(1)
 cfg = load_config(["+experiment=grpo_smollm2_add"])
 model, tok = load(cfg, with_lora=True)
 model.eval()
-tok.padding_side = "left"
-prompts = [
-    tok.apply_chat_template(
-        [{"role": "user", "content": f"What is {a} + {b}?"}], tokenize=False, add_generation_prompt=True
-    )
-    for a, b in [(12, 34), (56, 7)]
-    for _ in range(4)
-]
-enc = tok(prompts, return_tensors="pt", padding=True)
+enc = make_train_batch(tok)
 print("prompt len", enc.input_ids.shape)
 
 

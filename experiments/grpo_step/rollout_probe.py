@@ -13,6 +13,7 @@ import statistics
 import time
 
 import torch
+from probe_batch import make_train_batch
 
 from posttrain.algos.grpo import rollout_copy
 from posttrain.config.compose import load_config
@@ -22,14 +23,7 @@ torch.set_num_threads(1)
 cfg = load_config(["+experiment=grpo_smollm2_add", "hw.precision=bf16"])
 policy, tok = load(cfg, with_lora=True)
 policy.eval()
-prompts = [
-    tok.apply_chat_template(
-        [{"role": "user", "content": f"What is {a} + {b}?"}], tokenize=False, add_generation_prompt=True
-    )
-    for a, b in [(12, 34), (56, 7)]
-    for _ in range(4)
-]
-enc = tok(prompts, return_tensors="pt", padding=True)
+enc = make_train_batch(tok)
 policy.generation_config.pad_token_id = tok.pad_token_id
 
 

@@ -261,18 +261,12 @@ def fused_logps(
 
     Tile sizes default to the module's TOKEN_BLOCK x VOCAB_BLOCK (read at call time).
     """
-    return fused_logps_entropy(hidden, weight, targets, temperature, token_block, vocab_block)[0]
+    blocks = int(token_block or TOKEN_BLOCK), int(vocab_block or VOCAB_BLOCK)
+    return FusedLinearLogProb.apply(hidden, weight, targets, float(temperature), *blocks)[0]
 
 
 def fused_logps_entropy(
-    hidden: torch.Tensor,
-    weight: torch.Tensor,
-    targets: torch.Tensor,
-    temperature: float = 1.0,
-    token_block: int | None = None,
-    vocab_block: int | None = None,
+    hidden: torch.Tensor, weight: torch.Tensor, targets: torch.Tensor, temperature: float = 1.0
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """`fused_logps` and the per-token entropy of softmax(hidden @ weight.T / T) [N] (detached), one pass."""
-    return FusedLinearLogProb.apply(
-        hidden, weight, targets, float(temperature), int(token_block or TOKEN_BLOCK), int(vocab_block or VOCAB_BLOCK)
-    )
+    return FusedLinearLogProb.apply(hidden, weight, targets, float(temperature), TOKEN_BLOCK, VOCAB_BLOCK)
