@@ -40,6 +40,7 @@ class Backend:
     device_check: Callable[[], tuple[bool, str]] | None = None
     # `fn(hidden, weight, targets, temperature) -> (logp [N], entropy [N])` from the same pass, when it has one
     entropy_function: str | None = None
+    fp32_softmax: bool = False  # from bf16 inputs it computes the logits' softmax in fp32 (no fp32 head cast needed)
 
     def load(self) -> Callable:
         return getattr(importlib.import_module(self.module), self.function)
@@ -65,6 +66,7 @@ _TABLE = (
         "eager_logps",
         "logps",
         "materialized fp32 [tokens, V] logits: the reference",
+        fp32_softmax=True,
     ),
     Backend(
         "chunked",
@@ -89,6 +91,7 @@ _TABLE = (
         "logps",
         "ours: two GEMMs per tile, hidden-state gradient finished in the forward",
         entropy_function="fused_logps_entropy",
+        fp32_softmax=True,
     ),
     Backend(
         "triton",

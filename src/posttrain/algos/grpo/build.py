@@ -11,11 +11,10 @@ from trl import GRPOConfig
 from posttrain.algos.grpo.kl_control import AdaptiveBeta
 from posttrain.algos.grpo.rewards import reward_functions
 from posttrain.dist import is_main_process
+from posttrain.kernels.registry import BACKENDS
 from posttrain.training_args import common_training_kwargs
 
 __all__ = ["build_trainer", "grpo_args"]
-
-FP32_HEAD_BACKENDS = ("fused", "eager")  # kernels that compute the LM head and log-softmax in fp32 from bf16 inputs
 
 
 def grpo_args(cfg: DictConfig, run_dir: Path, reward_weights: list[float] | None = None) -> GRPOConfig:
@@ -42,15 +41,19 @@ def grpo_args(cfg: DictConfig, run_dir: Path, reward_weights: list[float] | None
         vllm_mode=gen.vllm_mode,
         vllm_gpu_memory_utilization=cfg.hw.vllm_gpu_memory_utilization,
         reward_weights=reward_weights,
-        # log-probs in fp32 even when the model runs in bf16 (bf16 log-softmax drifts at 200k vocab). The fused and
-        # eager kernels upcast the head themselves; TRL's cast also breaks a PEFT model with a tied head (SmolLM2:
+        # log-probs in fp32 even when the model runs in bf16 (bf16 log-softmax drifts at 200k vocab). Backends with
+        # `fp32_softmax` (fused, eager) do it themselves; TRL's cast also breaks a PEFT model with a tied head (SmolLM2:
         # it reaches for `model.model.embed_tokens`), so it is only asked for where TRL's own loss runs.
-        cast_lm_head_to_fp32=cfg.hw.precision != "fp32" and cfg.kernels.backend not in FP32_HEAD_BACKENDS,
+        cast_lm_head_to_fp32=cfg.hw.precision != "fp32" and not _softmax_in_fp32(cfg.kernels.backend),
         use_liger_kernel=False,
         remove_unused_columns=False,
         log_completions=False,
     )
     return GRPOConfig(**kwargs)
+
+
+def _softmax_in_fp32(backend: str) -> bool:
+    return backend in BACKENDS and BACKENDS[backend].fp32_softmax
 
 
 def _reference_for_full_finetuning(cfg: DictConfig, model: Any, run_dir: Path) -> None:
