@@ -221,6 +221,9 @@ def plan(cfg: DictConfig) -> Plan:
         items.append(Item("encoder hidden states", enc, "train", f"{work.encoder_seqs} x {work.encoder_len} tokens"))
     backend = work.loss_backend
     lbytes, lnote = logits_bytes(backend, a, act, work.seqs, work.logit_tokens, work.seq_len, hw.device)
+    if mode == "full" and backend in ("fused", "triton", "pallas"):  # the head's fp32 gradient, built tile by tile
+        lbytes += a["V"] * a["h"] * 4
+        lnote += " + the head's fp32 weight gradient"
     items.append(Item("logits", lbytes, "train", lnote))
     head = (counts.lm_head or counts.embedding) * counts.dtype_bytes
     live_grads = tbytes if mode != "full" else min(tbytes, head)
