@@ -40,7 +40,7 @@ from posttrain.algos.grpo.reward_hist import RewardHistogram, constraint_types, 
 from posttrain.algos.grpo.rollout_copy import RolloutCopy
 from posttrain.checkpoints import AtomicCheckpointMixin
 from posttrain.errors import TrainingError
-from posttrain.guards import check_finite_loss
+from posttrain.guards import check_finite_loss, check_finite_weights
 from posttrain.kernels import (
     completion_logps,
     grpo_loss,
@@ -319,7 +319,7 @@ class PosttrainGRPOTrainer(AtomicCheckpointMixin, GRPOTrainer):
         except RuntimeError as ex:
             # NaN/inf weights or overflowing logits (a diverged update) break sampling before any loss: say so
             step = self.state.global_step + 1
-            _check_finite_weights(self.model, step)
+            check_finite_weights(self.model, step)
             if "inf" in str(ex) and "nan" in str(ex):
                 raise TrainingError(
                     f"non-finite logits while sampling at step {step}: the policy diverged at step {step - 1} "
@@ -397,11 +397,3 @@ class _AfterOptimizerStep(TrainerCallback):
 
     def on_step_end(self, args, state, control, **kwargs):
         self.fn()
-
-
-def _check_finite_weights(model: torch.nn.Module, step: int) -> None:
-    for name, param in model.named_parameters():
-        if param.requires_grad and not bool(torch.isfinite(param.detach()).all()):
-            raise TrainingError(
-                f"non-finite weights ({name}) at step {step}: training diverged at step {step - 1} (lower trainer.lr?)"
-            )
