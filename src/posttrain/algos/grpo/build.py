@@ -42,8 +42,8 @@ def grpo_args(cfg: DictConfig, run_dir: Path, reward_weights: list[float] | None
         vllm_gpu_memory_utilization=cfg.hw.vllm_gpu_memory_utilization,
         reward_weights=reward_weights,
         # log-probs in fp32 even when the model runs in bf16 (bf16 log-softmax drifts at 200k vocab). Backends with
-        # `fp32_softmax` (fused, eager) do it themselves; TRL's cast also breaks a PEFT model with a tied head (SmolLM2:
-        # it reaches for `model.model.embed_tokens`), so it is only asked for where TRL's own loss runs.
+        # `fp32_softmax` (fused, eager) do it themselves, so it is only asked for where TRL's own loss runs (for a
+        # PEFT model with a tied head, where TRL's cast fails, the trainer applies it: policy_forward.fp32_fused_head).
         cast_lm_head_to_fp32=cfg.hw.precision != "fp32" and not _softmax_in_fp32(cfg.kernels.backend),
         use_liger_kernel=False,
         remove_unused_columns=False,

@@ -4,8 +4,12 @@
   old and reference log-prob passes, and the kernel path) uses `cumsum(mask) - 1`, the positions generation used
   to sample the completions. Without it a left-padded row is re-scored at positions shifted by its padding:
   RoPE makes that exact in exact arithmetic, not in bf16.
+- `take_over_fp32_head` / `fp32_fused_head`: fp32 log-probs on TRL's loss path
+  (`cast_lm_head_to_fp32`) for a PEFT model whose LM head is tied to its embeddings (SmolLM2, Llama 3.2), where
+  TRL's own cast fails at init (trl 1.16 reaches for `model.model.embed_tokens` on the PeftModel).
 - `router_aux_loss`: the MoE load-balancing loss exactly as TRL's fused LM head computes it.
-- `global_masked_mean`, `global_p95`: metrics over the tokens of every process, as TRL reduces its own metrics.
+- `global_masked_mean`, `global_p95`: metrics over the tokens of every process, as TRL reduces its own metrics;
+  `mean_over_processes`: one step's KL for adaptive beta.
 
 The kernel path's forward itself is `PosttrainGRPOTrainer._kernel_forward`; it runs inside the wrapped model's
 forward (TRL's `_ForwardRedirection`), so DDP/FSDP/DeepSpeed see a forward of the module they wrap.
@@ -22,6 +26,31 @@ import torch
 def causal_lm(model: torch.nn.Module) -> torch.nn.Module:
     """The transformers CausalLM inside a PEFT model (or the model itself)."""
     return model.get_base_model() if hasattr(model, "get_base_model") else model
+
+
+def take_over_fp32_head(grpo_args: Any, policy: Any) -> bool:
+    """True (and TRL's `cast_lm_head_to_fp32` turned off for its init) when `policy` is a PEFT model whose LM head
+    shares its weight with the input embeddings and the config asks for the cast: TRL's cast fails on that model,
+    so the trainer applies it after init with `fp32_fused_head`."""
+    if not isinstance(policy, torch.nn.Module) or not getattr(grpo_args, "cast_lm_head_to_fp32", False):
+        return False
+    lm = causal_lm(policy)
+    if lm is policy or not getattr(lm.config.get_text_config(), "tie_word_embeddings", False):
+        return False
+    grpo_args.cast_lm_head_to_fp32 = False
+    return True
+
+
+def fp32_fused_head(model: Any, temperature: float, grpo_args: Any) -> None:
+    """Re-add TRL's fused LM head (`add_fused_lm_head`, which TRL's init added in the model dtype) with its
+    `cast_lm_head_to_fp32`: the head projection and log-softmax in fp32 outside autocast. The head's weights stay in
+    the model dtype (frozen under LoRA, so no update is lost)."""
+    from trl.trainer.utils import add_fused_lm_head
+
+    lm: Any = causal_lm(model)
+    lm.__dict__.pop("forward", None)  # TRL's bf16 fused head: back to the class's forward before re-adding it
+    add_fused_lm_head(lm, temperature=temperature, cast_lm_head_to_fp32=True, outputs=("log_probs", "entropy"))
+    grpo_args.cast_lm_head_to_fp32 = True
 
 
 def _mask_position_ids(module: torch.nn.Module, args: tuple, kwargs: dict[str, Any]):
@@ -65,6 +94,17 @@ def global_masked_mean(accelerator: Any, x: torch.Tensor, mask: torch.Tensor) ->
         local = torch.stack([(x * m).sum(), m.sum()])
     totals = accelerator.reduce(local, reduction="sum")
     return (totals[0] / totals[1].clamp(min=1.0)).item()
+
+
+def mean_over_processes(accelerator: Any, values: list[float]) -> float:
+    """The mean of every process's mean of its non-NaN `values` (NaN where no process has one)."""
+    valid = [v for v in values if not math.isnan(v)]
+    mean = sum(valid) / len(valid) if valid else math.nan
+    if accelerator.num_processes == 1:
+        return mean
+    local = torch.tensor([mean if valid else 0.0, float(bool(valid))], dtype=torch.float64, device=accelerator.device)
+    total, count = accelerator.reduce(local, reduction="sum").tolist()
+    return total / count if count else math.nan
 
 
 def global_p95(accelerator: Any, x: torch.Tensor, mask: torch.Tensor) -> float:

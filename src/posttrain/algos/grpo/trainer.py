@@ -5,7 +5,8 @@
    overridden loss). That path computes TRL's loss term for term (KL bias correction, vLLM importance-sampling
    correction, MoE router aux loss, accumulation scaling) and runs inside the wrapped model's forward, so DDP,
    FSDP and DeepSpeed treat it like TRL's own forward. Every forward (both paths, policy, old and reference
-   passes) uses the position ids generation used (`policy_forward.add_mask_position_ids`).
+   passes) uses the position ids generation used (`policy_forward.add_mask_position_ids`). TRL's loss path scores
+   in fp32 also for a PEFT model with a tied head (`policy_forward.fp32_fused_head`: TRL's cast fails there).
 2. Adaptive beta (`algo.kl.target`): after each optimizer step beta follows that step's KL (`kl_control`); the
    controller's state is in every checkpoint (`trainer_state.json`), so `resume=auto` continues its beta.
 3. Guards: a non-finite loss stops training with the step number; checkpoints are written atomically.
@@ -32,9 +33,12 @@ from posttrain.algos.grpo.kl_control import AdaptiveBeta
 from posttrain.algos.grpo.policy_forward import (
     add_mask_position_ids,
     causal_lm,
+    fp32_fused_head,
     global_masked_mean,
     global_p95,
+    mean_over_processes,
     router_aux_loss,
+    take_over_fp32_head,
 )
 from posttrain.algos.grpo.reward_hist import RewardHistogram, constraint_types, total_range
 from posttrain.algos.grpo.rollout_copy import RolloutCopy
@@ -63,7 +67,10 @@ class PosttrainGRPOTrainer(AtomicCheckpointMixin, GRPOTrainer):
         rollout_copy: RolloutCopy | None = None,
         **kwargs,
     ):
+        own_fp32_head = take_over_fp32_head(kwargs.get("args"), kwargs.get("model"))
         super().__init__(*args, **kwargs)
+        if own_fp32_head:
+            fp32_fused_head(self.model, self.temperature, self.args)
         for model in (self.model, self.ref_model):  # every forward at the positions generation used
             if model is not None:
                 add_mask_position_ids(self.accelerator.unwrap_model(model))
@@ -344,18 +351,7 @@ class PosttrainGRPOTrainer(AtomicCheckpointMixin, GRPOTrainer):
         self._step_kls_from += len(kls)
         self._step_beta = self.beta
         if self.kl_controller is not None:
-            self.beta = self.kl_controller.update(self._mean_over_processes(kls))
-
-    def _mean_over_processes(self, values: list[float]) -> float:
-        valid = [v for v in values if not math.isnan(v)]
-        mean = sum(valid) / len(valid) if valid else math.nan
-        if self.accelerator.num_processes == 1:
-            return mean
-        local = torch.tensor(
-            [mean if valid else 0.0, float(bool(valid))], dtype=torch.float64, device=self.accelerator.device
-        )
-        total, count = self.accelerator.reduce(local, reduction="sum").tolist()
-        return total / count if count else math.nan
+            self.beta = self.kl_controller.update(mean_over_processes(self.accelerator, kls))
 
     def _load_callback_state(self) -> None:
         """Resume: adaptive beta continues from the checkpoint's (`trainer_state.json` -> `stateful_callbacks`)."""
