@@ -4,12 +4,14 @@
     python experiments/grpo_step/plot.py rewards experiments/grpo_step/results/curves_seed*.jsonl  # -> rewards.png
     python experiments/grpo_step/plot.py table experiments/grpo_step/results/curves_seed*.jsonl    # markdown rows
     python experiments/grpo_step/plot.py heldout experiments/grpo_step/results/maketrain_t1_seed*.jsonl  # accuracy
+    python experiments/grpo_step/plot.py seeds experiments/grpo_step/results/maketrain_default_seed*.jsonl  # tests
 
 `split`: one bar per path (the anchor `trl`, `posttrain`, `posttrain:<variant>`), seconds per optimizer step split
 into the step timer's phases, the ratio to the anchor above each bar. `rewards`: each path's per-step reward as a
-5-step moving mean (dashed: one line per seed and round; solid: the mean over them). `heldout` (records of
-`--heldout N` runs): held-out accuracy before/after with 95% bootstrap CIs over problems, and each path's
-after-training accuracy minus the anchor's of the same seed, paired over problems.
+5-step moving mean (solid: the mean over seeds and rounds; shaded: the 10th-90th percentile over them, or one
+dashed line each under 5). `heldout` (records of `--heldout N` runs): held-out accuracy before/after with 95%
+bootstrap CIs over problems, and each path's after-training accuracy minus the anchor's of the same seed, paired
+over problems. `seeds`: per seed the 30-step mean reward and held-out gain of each path, with seed-level tests.
 """
 
 from __future__ import annotations
@@ -34,8 +36,13 @@ COLORS = {"trl": "tab:gray", "posttrain": "tab:blue"}
 def records(files: list[str]) -> list[dict]:
     out = []
     for f in files:
-        out += [json.loads(line) for line in Path(f).read_text().splitlines() if line.startswith("{")]
-    return [r for r in out if r.get("bench") == "grpo_step" and "error" not in r]
+        recs = [json.loads(line) for line in Path(f).read_text().splitlines() if line.startswith("{")]
+        recs = [r for r in recs if r.get("bench") == "grpo_step" and "error" not in r]
+        if not any(r["path"] == "trl" for r in recs):  # a posttrain-only run with --set: a variant of its own
+            for r in recs:
+                r["path"] += "[" + ",".join(r.get("set") or []) + "]" if r.get("set") else ""
+        out += recs
+    return out
 
 
 def plot_split(recs: list[dict], path: Path) -> Path:
@@ -69,16 +76,66 @@ def plot_rewards(recs: list[dict], path: Path, window: int = 5) -> Path:
             by_path.setdefault(r["path"], []).append(curve)
     for i, (name, curves) in enumerate(sorted(by_path.items())):
         color = COLORS.get(name, f"C{i + 2}")
-        for c in curves:
-            ax.plot(range(1, len(c) + 1), moving_mean(c, window), color=color, alpha=0.45, lw=0.9, ls="--")
         n = min(len(c) for c in curves)
+        smooth = [moving_mean(c[:n], window) for c in curves]
+        steps = range(1, n + 1)
+        if len(curves) >= 5:  # the seed-to-seed spread: 10th-90th percentile of the seeds' smoothed curves
+            qs = [statistics.quantiles([c[s] for c in smooth], n=10, method="inclusive") for s in range(n)]
+            ax.fill_between(steps, [q[0] for q in qs], [q[-1] for q in qs], color=color, alpha=0.18, lw=0)
+        else:
+            for c in smooth:
+                ax.plot(steps, c, color=color, alpha=0.45, lw=0.9, ls="--")
         mean = moving_mean([statistics.fmean(c[s] for c in curves) for s in range(n)], window)
-        ax.plot(range(1, n + 1), mean, color=color, lw=2.2, label=f"{name}: mean of {len(curves)} seeds")
+        ax.plot(steps, mean, color=color, lw=2.2, label=f"{name}: mean of {len(curves)} seeds")
     ax.set_xlabel("optimizer step")
     ax.set_ylabel(f"reward, {window}-step moving mean")
-    ax.set_title("per-seed curves dashed, mean over seeds solid")
+    ax.set_title("mean over seeds; shaded: 10th-90th percentile over seeds (dashed: each seed, < 5 seeds)")
     ax.legend(fontsize=8)
     return save_figure(fig, path)
+
+
+def seed_comparison(recs: list[dict], early_steps: int = 30) -> str:
+    """Seed-level comparison of each path with the anchor: per seed the mean reward of the first `early_steps`
+    steps and the held-out gain; then the tests (two-sample: Welch's t, Mann-Whitney U; paired by seed: t, Wilcoxon,
+    and the sign test on the early-reward difference)."""
+    from scipy import stats
+
+    by = {(r["path"], r.get("seed")): r for r in recs}
+    anchor_seeds = sorted(seed for path, seed in by if path == "trl")
+    lines = []
+    for name in sorted({path for path, _ in by if path != "trl"}):
+        seeds = [s for s in anchor_seeds if (name, s) in by]
+        early = {p: [statistics.fmean(by[p, s]["rewards"][0][:early_steps]) for s in seeds] for p in ("trl", name)}
+        gain = {p: [by[p, s]["heldout_gain"] for s in seeds] for p in ("trl", name)}
+        lines += [
+            f"## {name} vs trl, {len(seeds)} seeds",
+            "",
+            f"| seed | {early_steps}-step reward trl | {name} | held-out gain trl | {name} |",
+            "|---|---|---|---|---|",
+        ]
+        for i, s in enumerate(seeds):
+            lines.append(
+                f"| {s} | {early['trl'][i]:.3f} | {early[name][i]:.3f} | {gain['trl'][i]:+.3f} | {gain[name][i]:+.3f} |"
+            )
+        lines.append("")
+        if len(seeds) < 3:
+            continue
+        for label, v in ((f"{early_steps}-step mean reward", early), ("held-out gain", gain)):
+            a, b = v["trl"], v[name]
+            diff = [y - x for x, y in zip(a, b, strict=True)]
+            lower = sum(d < 0 for d in diff)
+            higher = sum(d > 0 for d in diff)
+            lines.append(
+                f"- {label}: trl {statistics.fmean(a):.3f} +- {statistics.stdev(a):.3f}, {name} "
+                f"{statistics.fmean(b):.3f} +- {statistics.stdev(b):.3f} (mean +- sd over seeds); difference "
+                f"{statistics.fmean(diff):+.3f}; Welch p = {stats.ttest_ind(a, b, equal_var=False).pvalue:.3f}, "
+                f"Mann-Whitney p = {stats.mannwhitneyu(a, b).pvalue:.3f}; paired t p = "
+                f"{stats.ttest_rel(a, b).pvalue:.3f}, Wilcoxon p = {stats.wilcoxon(a, b).pvalue:.3f}; {name} lower "
+                f"on {lower}, higher on {higher} of {len(diff)} seeds (sign test p = "
+                f"{stats.binomtest(lower, lower + higher).pvalue:.3f})"
+            )
+        lines.append("")
+    return "\n".join(lines)
 
 
 def table(recs: list[dict]) -> str:
@@ -129,13 +186,13 @@ def heldout_table(recs: list[dict]) -> str:
 
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("kind", choices=("split", "rewards", "table", "heldout"))
+    p.add_argument("kind", choices=("split", "rewards", "table", "heldout", "seeds"))
     p.add_argument("files", nargs="+")
     p.add_argument("--out", help="PNG path (default: <first file's folder>/<kind>.png)")
     args = p.parse_args(argv)
     recs = records(args.files)
-    if args.kind in ("table", "heldout"):
-        print((table if args.kind == "table" else heldout_table)(recs))
+    if args.kind in ("table", "heldout", "seeds"):
+        print({"table": table, "heldout": heldout_table, "seeds": seed_comparison}[args.kind](recs))
         return
     out = Path(args.out) if args.out else Path(args.files[0]).parent / f"{args.kind}.png"
     print((plot_split if args.kind == "split" else plot_rewards)(recs, out))
