@@ -43,14 +43,18 @@ def test_precision_sets_dtype_and_trainer_flags(compose, tmp_path):
 @pytest.mark.parametrize(
     ("tiny", "amx", "expected"), [(True, True, "fp32"), (False, True, "bf16"), (False, False, "fp32")]
 )
-def test_auto_precision_is_bf16_only_for_pretrained_models_on_amx_cpus(compose, monkeypatch, tiny, amx, expected):
+def test_auto_precision_is_bf16_only_for_pretrained_models_on_amx_cpus(
+    compose, monkeypatch, tmp_path, tiny, amx, expected
+):
     monkeypatch.setattr(precision_mod, "cpu_has_amx_bf16", lambda: amx)
     cfg = compose("hw=cpu", "hw.precision=auto", "model=tiny_llama")
     cfg.model.tiny = tiny
     cfg.hw.precision = "auto"  # compose resolved it for this machine already
     applied = apply_profile(cfg, overrides=set())
     assert cfg.hw.precision == expected and applied["hw.precision"] == expected
-    assert torch_dtype(cfg.model, cfg.hw) == {"fp32": torch.float32, "bf16": torch.bfloat16}[expected]
+    # bf16 on CPU: fp32 master weights under bf16 autocast (hw.bf16_param_dtype)
+    assert torch_dtype(cfg.model, cfg.hw) == torch.float32
+    assert common_training_kwargs(cfg, tmp_path)["bf16"] is (expected == "bf16")
     # bf16 trains llama with eager attention on CPU (ATen's CPU flash-attention backward is slow in bf16)
     assert cfg.model.attn_implementation == ("eager" if expected == "bf16" else "sdpa")
     # the rollout copy comes with bf16 training only, and the command line's backend wins
@@ -58,6 +62,18 @@ def test_auto_precision_is_bf16_only_for_pretrained_models_on_amx_cpus(compose, 
     cfg.hw.precision, cfg.algo.generation.backend = "auto", "hf"
     apply_profile(cfg, overrides={"algo.generation.backend"})
     assert cfg.algo.generation.backend == "hf"
+
+
+def test_bf16_param_dtype_only_where_the_model_dtype_is_auto(compose):
+    cpu = compose("hw=cpu", "hw.precision=bf16", "model=tiny_llama")
+    assert apply_profile(cpu, overrides=set())["model.dtype"] == "float32"
+    assert torch_dtype(cpu.model, cpu.hw) == torch.float32
+    pinned = compose("hw=cpu", "hw.precision=bf16", "model=tiny_llama", "model.dtype=bfloat16")
+    apply_profile(pinned, overrides=set())
+    assert torch_dtype(pinned.model, pinned.hw) == torch.bfloat16
+    gpu = compose("hw=h200", "model=tiny_llama")  # GPU profiles: bf16 weights
+    apply_profile(gpu, overrides=set())
+    assert torch_dtype(gpu.model, gpu.hw) == torch.bfloat16
 
 
 def test_cpu_flags_are_read_from_cpuinfo(monkeypatch, tmp_path):

@@ -79,6 +79,9 @@ class HwConfig:
     attn_implementation: dict[str, str] = MISSING
     # ... and where training runs in bf16 (cpu: eager for llama, ATen's CPU flash-attention backward is slow in bf16)
     bf16_attn_implementation: dict[str, str] | None = MISSING
+    # model.dtype (when auto) where training runs in bf16 (cpu: float32, fp32 master weights under bf16 autocast:
+    # a bf16 rollout copy merging LoRA into bf16 weights drops the update's small entries); null: bfloat16
+    bf16_param_dtype: str | None = MISSING
     per_device_batch_size: int | None = MISSING  # null: keep trainer.per_device_batch_size
     # algo.generation.backend when training runs in bf16 and the command line left it (cpu: bf16_copy)
     generation_backend: str | None = MISSING

@@ -3,7 +3,8 @@
 What a profile decides and where it lands:
 - precision: `hw.precision=auto` (hw=cpu) resolves here too (`posttrain.config.precision`: bf16 for a pretrained
   model on an AMX bf16 CPU, fp32 otherwise and for tiny models). Then the model dtype (`model.dtype=auto` resolves
-  from `hw.precision`) and TrainingArguments bf16/fp16 (`posttrain.training_args`); TF32:
+  from `hw.precision`, or is `hw.bf16_param_dtype` when training runs in bf16: hw=cpu keeps fp32 master weights
+  under bf16 autocast) and TrainingArguments bf16/fp16 (`posttrain.training_args`); TF32:
   `torch.set_float32_matmul_precision("high")` here.
 - attention: `model.attn_implementation` from `hw.attn_implementation[family]` when the model file leaves it null
   (`hw.bf16_attn_implementation[family]` instead when training runs in bf16).
@@ -91,6 +92,9 @@ def apply_profile(cfg: DictConfig, overrides: set[str] | None = None) -> dict[st
     if precision:
         applied["hw.precision"] = precision
     with open_dict(cfg):
+        if hw.precision == "bf16" and cfg.model.dtype == "auto" and hw.get("bf16_param_dtype"):
+            cfg.model.dtype = hw.bf16_param_dtype
+            applied["model.dtype"] = hw.bf16_param_dtype
         if not cfg.model.attn_implementation:
             impl = dict(hw.attn_implementation).get(cfg.model.family)
             if hw.precision == "bf16" and hw.get("bf16_attn_implementation"):
