@@ -5,13 +5,14 @@ of prompt + sampled completion sequences, compares per completion token:
 - `copy_kl`: KL(copy || policy) of the next-token distributions (what sampling from the copy instead of the policy
   costs: the GRPO gradient assumes samples from the policy),
 - `step_kl`: KL(policy_t || policy_{t-1}) (how far one optimizer step moves the policy),
-- `delta_err`: ||merged bf16 delta - true LoRA delta|| / ||true LoRA delta|| over the adapted weights (how much of
-  the update the bf16 merge rounds away).
+- `delta_err`: ||merged bf16 delta - true LoRA delta|| / ||true LoRA delta|| over the adapted weights, the merged
+  delta being the copy's weight minus the base weight in bf16 (how much of the update the bf16 merge loses).
 
     OMP_NUM_THREADS=1 PYTHONPATH=src python experiments/grpo_step/copy_lag_probe.py --steps 30 --seed 0 \
         --out experiments/grpo_step/results/copy_lag_probe.txt
 
-`unmerged_kl` is the same KL for a bf16 copy that keeps the adapters apart (rounds no update): the floor set by
+With `--set model.dtype=float32` (fp32 master weights, the hw=cpu default since) the merge rounds base + delta
+from fp32. `unmerged_kl` is the same KL for a bf16 copy that keeps the adapters apart (rounds no update): the floor set by
 bf16 numerics and the attention kernel alone.
 """
 
@@ -52,7 +53,7 @@ def _delta_err(trainer) -> float:
     err = ref = 0.0
     for name, layer in policy.named_modules():
         if isinstance(layer, LoraLayer):
-            base = layer.get_base_layer().weight.float()
+            base = layer.get_base_layer().weight.bfloat16().float()  # as the copy holds it before any update
             delta = sum(layer.get_delta_weight(a).float() for a in layer.active_adapters)
             merged = copy_params[_copy_name(name) + ".weight"].float()
             err += float(((merged - base) - delta).pow(2).sum())

@@ -38,11 +38,18 @@ def records(files: list[str]) -> list[dict]:
     for f in files:
         recs = [json.loads(line) for line in Path(f).read_text().splitlines() if line.startswith("{")]
         recs = [r for r in recs if r.get("bench") == "grpo_step" and "error" not in r]
-        if not any(r["path"] == "trl" for r in recs):  # a posttrain-only run with --set: a variant of its own
-            for r in recs:
-                r["path"] += "[" + ",".join(r.get("set") or []) + "]" if r.get("set") else ""
+        for r in recs:  # posttrain with --set overrides: a variant of its own
+            if r["path"] != "trl" and r.get("set"):
+                r["path"] += "[" + ",".join(r["set"]) + "]"
         out += recs
-    return out
+    seen: set[tuple] = set()  # a path re-run on a seed (the anchor beside each variant) counts once
+    unique = []
+    for r in out:
+        key = (r["path"], r.get("seed"), r.get("steps"), r.get("batch"))
+        if key not in seen:
+            seen.add(key)
+            unique.append(r)
+    return unique
 
 
 def plot_split(recs: list[dict], path: Path) -> Path:
