@@ -9,10 +9,13 @@ of prompt + sampled completion sequences, compares per completion token:
   delta being the copy's weight minus the base weight in bf16 (how much of the update the bf16 merge loses).
 
     OMP_NUM_THREADS=1 PYTHONPATH=src python experiments/grpo_step/copy_lag_probe.py --steps 30 --seed 0 \
-        --out experiments/grpo_step/results/copy_lag_probe.txt
+        --set model.dtype=bfloat16 --out experiments/grpo_step/results/copy_lag_probe.txt
+    OMP_NUM_THREADS=1 PYTHONPATH=src python experiments/grpo_step/copy_lag_probe.py --steps 30 --seed 0 \
+        --out experiments/grpo_step/results/copy_lag_probe_fp32master.txt
 
-With `--set model.dtype=float32` (fp32 master weights, the hw=cpu default since) the merge rounds base + delta
-from fp32. `unmerged_kl` is the same KL for a bf16 copy that keeps the adapters apart (rounds no update): the floor set by
+The first: bf16 weights (the default when it ran, at 961aa16), the copy merges the LoRA onto bf16 values; the
+second: fp32 master weights (the hw=cpu default since 73d2817), the merge rounds base + delta once from fp32.
+`unmerged_kl` is the same KL for a bf16 copy that keeps the adapters apart (rounds no update): the floor set by
 bf16 numerics and the attention kernel alone.
 """
 

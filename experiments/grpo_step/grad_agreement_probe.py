@@ -11,6 +11,9 @@ cosine between different batches' reference gradients); `--variant KEY=VALUE` ad
     OMP_NUM_THREADS=1 PYTHONPATH=src python experiments/grpo_step/grad_agreement_probe.py --batches 4 \
         --variant kernels=trl --variant model.dtype=float32 \
         > experiments/grpo_step/results/grad_agreement_probe.txt
+
+The recorded output ran at 961aa16, when posttrain's default trained bf16 weights (fp32 master weights since
+73d2817).
 """
 
 from __future__ import annotations

@@ -8,6 +8,9 @@ batches, the paired difference, and how many batches' rewards differ at all.
 
     OMP_NUM_THREADS=1 PYTHONPATH=src python experiments/grpo_step/sampler_probe.py --batches 60 \
         > experiments/grpo_step/results/sampler_probe.txt
+
+The recorded output ran at 961aa16, when posttrain's default trained bf16 weights (fp32 master weights since
+73d2817).
 """
 
 from __future__ import annotations
