@@ -48,12 +48,14 @@ def test_a_move_reaches_the_context_encoder(d2l_cfg, d2l_model, share):
     assert not stale, f"not moved with the model: {stale}"
     seen, handles = _record_dtypes(list(enc.layers) + [backbone_of(model.base)])
     try:
-        hidden, lora = model(batch["ctx_ids"], batch["ctx_mask"], batch["input_ids"], batch["attention_mask"])
+        logits, lora = model(
+            batch["ctx_ids"], batch["ctx_mask"], batch["input_ids"], batch["attention_mask"], labels=batch["labels"]
+        )
     finally:
         for h in handles:
             h.remove()
     assert len(seen) >= len(enc.layers) + 1 and set(seen) == {MOVED}, seen
-    assert hidden.dtype == MOVED and all(a.dtype == MOVED for a in lora.A.values())
+    assert logits.dtype == torch.float32 and all(a.dtype == MOVED for a in lora.A.values())
 
 
 def _watch_models(monkeypatch, seen: list) -> None:

@@ -42,7 +42,8 @@ class ContrastiveTrainer(LossTermsMixin, AtomicCheckpointMixin, Trainer):
         )
         nce, stats = info_nce(out.z, algo.temperature, algo.in_batch_negatives)
         rows = lm_rows(out.hidden.shape[0], algo.lm_on_counterfactual, out.hidden.device, algo.lm_on_injected)
-        lm = shifted_lm_loss(out.hidden[rows], inputs["labels"][rows], self._unwrapped(model).output_embeddings())
+        with self.accelerator.autocast():  # the LM head runs outside the model's forward: in the forward's precision
+            lm = shifted_lm_loss(out.hidden[rows], inputs["labels"][rows], self._unwrapped(model).output_embeddings())
         loss = algo.contrastive_weight * nce + algo.lm_weight * lm
         check_finite_loss(loss, self.state.global_step + 1)
         if model.training:

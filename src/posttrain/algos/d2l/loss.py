@@ -1,5 +1,7 @@
 """D2L objective: CE on the answer tokens (no document in the prompt), optional top-k KL to the in-context
-teacher, optional L1 on the generated A/B. Logits are computed only at answer positions, in fp32."""
+teacher, optional L1 on the generated A/B. Logits are formed only at answer positions, by the model's forward (so
+in the precision training runs in: bf16 weights, or bf16 autocast over fp32 ones), then upcast: log-softmax, CE and
+KL are fp32."""
 
 from __future__ import annotations
 
@@ -13,14 +15,17 @@ from posttrain.data.chat import IGNORE_INDEX, check_labels
 
 def answer_logits(model: Any, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor, Any]:
     """(fp32 logits at the positions predicting answer tokens [n, V], their targets [n], the generated LoRA)."""
-    hidden, lora = model(
-        batch["ctx_ids"], batch["ctx_mask"], batch["input_ids"], batch["attention_mask"], ctx_doc=batch.get("ctx_doc")
-    )
     labels = batch["labels"][:, 1:]
     check_labels(labels)
-    sel = labels != IGNORE_INDEX
-    logits = model.base.get_output_embeddings()(hidden[:, :-1][sel]).float()
-    return logits, labels[sel], lora
+    logits, lora = model(
+        batch["ctx_ids"],
+        batch["ctx_mask"],
+        batch["input_ids"],
+        batch["attention_mask"],
+        labels=batch["labels"],
+        ctx_doc=batch.get("ctx_doc"),
+    )
+    return logits, labels[labels != IGNORE_INDEX], lora
 
 
 def topk_kl(logits: torch.Tensor, t_idx: torch.Tensor, t_logp: torch.Tensor, temperature: float = 1.0) -> torch.Tensor:

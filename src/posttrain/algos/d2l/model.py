@@ -18,6 +18,7 @@ from posttrain.algos.d2l.config import encoder_depth, target_layers
 from posttrain.algos.d2l.encoder import ContextEncoder, backbone_of
 from posttrain.algos.d2l.hypernet import Hypernet, HypernetSpec
 from posttrain.algos.d2l.lora import D2LLinear, GeneratedLoRA, find_targets, install, set_lora
+from posttrain.data.chat import IGNORE_INDEX
 from posttrain.errors import CheckpointError
 
 WEIGHTS, SPEC = "hypernet.safetensors", "hypernet_config.json"
@@ -52,7 +53,10 @@ class D2LModel(nn.Module):
         targets = find_targets(layers, spec.layers, spec.modules)
         spec.paths = {f"{li}.{m}": path for path, (li, m, _) in targets.items()}
         self.__dict__["wrappers"] = install(layers, targets, spec.alpha / spec.rank)
-        self.hypernet = Hypernet(spec)
+        # fp32 master weights whatever the base's dtype, as PEFT keeps LoRA adapters fp32 on a bf16 base: in bf16,
+        # Adam's steps round away (at lr 1e-4, two steps leave scale_A and the LayerNorm weights, all 1.0, unchanged).
+        # The trainer's autocast runs its matmuls in bf16.
+        self.hypernet = Hypernet(spec).float()
         self.spec = spec
 
     # -- the frozen base stays in eval mode (no dropout), except that HF layers only checkpoint in train mode ------
@@ -114,14 +118,20 @@ class D2LModel(nn.Module):
         ctx_mask: torch.Tensor,
         input_ids: torch.Tensor,
         attention_mask: torch.Tensor,
+        labels: torch.Tensor,
         token_index: torch.Tensor | None = None,
         ctx_doc: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, GeneratedLoRA]:
-        """Final hidden states of the base with each row's generated LoRA applied, and the LoRA itself."""
+        """(fp32 logits `[n, V]` at the n positions predicting a labelled token of `labels` (row-major), with each
+        row's generated LoRA applied; the LoRA itself).
+
+        The LM head runs here, not in the loss: the trainer's bf16 autocast (and a distributed wrapper) cover the
+        model's forward only, and outside it the head would meet hidden states of another dtype."""
         lora = self.lora_from_ids(ctx_ids, ctx_mask, ctx_doc)
         self.apply_lora(lora, token_index)
         out = backbone_of(self.base)(input_ids=input_ids, attention_mask=attention_mask, use_cache=False)
-        return out.last_hidden_state, lora
+        sel = labels[:, 1:] != IGNORE_INDEX
+        return self.base.get_output_embeddings()(out.last_hidden_state[:, :-1][sel]).float(), lora
 
     def tokenize_docs(self, docs: Sequence[str]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """(chunk ids, chunk mask, chunk -> document) for `docs`, read as in training (`featurize`)."""

@@ -1,6 +1,7 @@
 """In-context teacher for KL distillation: the frozen base model reading document + question; its top-k
 log-probs at each answer token are computed once and cached (safetensors, keyed by a hash of what they depend on:
-the base model's config, seed and dtype, the exact teacher token ids, the tokenizer and chat template, k and T)."""
+the base model's config, seed, dtype and autocast, the exact teacher token ids, the tokenizer and chat template, k
+and T). It computes in the caller's precision: the trainer runs it under its own autocast."""
 
 from __future__ import annotations
 
@@ -71,17 +72,19 @@ def teacher_cache_key(
     """`key_parts` (the base model's identity) + the exact teacher inputs (document, question and answer as rendered
     by the chat template: a changed template, tokenizer, truncation or data set gives other ids) + the tokenizer."""
     inputs = _digest([[list(map(int, r["t_input_ids"])), list(map(int, r["t_labels"]))] for r in rows])
-    return cache_key(
-        {
-            **key_parts,
-            "k": k,
-            "T": temperature,
-            "n": len(rows),
-            "inputs": inputs,
-            "tokenizer": tokenizer_digest(model.tokenizer),
-            "dtype": str(next(model.base.parameters()).dtype),
-        }
-    )
+    parts = {
+        **key_parts,
+        "k": k,
+        "T": temperature,
+        "n": len(rows),
+        "inputs": inputs,
+        "tokenizer": tokenizer_digest(model.tokenizer),
+        "dtype": str(next(model.base.parameters()).dtype),
+    }
+    device = model.device.type
+    if torch.is_autocast_enabled(device):  # fp32 weights under bf16 autocast compute other numbers than fp32
+        parts["autocast"] = str(torch.get_autocast_dtype(device))
+    return cache_key(parts)
 
 
 def attach_teacher(

@@ -8,7 +8,8 @@
    Checkpoints are written atomically (`posttrain.checkpoints.AtomicCheckpointMixin`).
 3. `__init__`: with `teacher=` (kl_coef > 0), the in-context teacher's top-k cache is attached to the training
    rows *after* HF has placed the model (`Trainer.__init__` moves it to `args.device`), so the teacher computes
-   on the device and in the dtype that training uses; the main process computes and saves it, the others load it.
+   on the device, in the dtype and under the autocast that training uses; the main process computes and saves
+   it, the others load it.
 """
 
 from __future__ import annotations
@@ -39,7 +40,8 @@ class D2LTrainer(LossTermsMixin, AtomicCheckpointMixin, Trainer):
         if teacher is not None:  # `attach_teacher` keyword arguments (k, temperature, cache_dir, key_parts)
             from posttrain.algos.d2l.teacher import attach_teacher
 
-            with self.args.main_process_first(local=False, desc="teacher top-k cache"):
+            # in the precision the student trains in: the trainer's autocast covers the model's forward only
+            with self.args.main_process_first(local=False, desc="teacher top-k cache"), self.accelerator.autocast():
                 attach_teacher(self.model, self.train_dataset.rows, **teacher)
 
     def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
