@@ -133,6 +133,47 @@ def test_grpo_numbers_in_the_postfix_and_the_line():
     cb.on_train_end(args, state, TrainerControl())
 
 
+def test_metrics_that_are_off_show_as_off():
+    """beta=0: no reference model, `kl`/`kl_p95` are logged as NaN (null in metrics.jsonl); the line, the bar and
+    the end table say `off`, not `nan`."""
+    out = io.StringIO()
+    cb = ConsoleCallback(console_spec("grpo"), stream=out)
+    args = SimpleNamespace(disable_tqdm=False)
+    state = TrainerState(max_steps=30, global_step=0, is_world_process_zero=True)
+    cb.on_train_begin(args, state, TrainerControl())
+    state.global_step = 2
+    cb.on_log(args, state, TrainerControl(), logs={**RECORDS["grpo"], "kl": float("nan"), "reward": 0.5729})
+    assert cb.bar.postfix == "reward=0.5729 kl=off len=5.75 s/step=1.607"
+    line = out.getvalue().strip()
+    assert re.fullmatch(
+        r"step  2/30  reward    0\.5729  kl       off  len      5\.75  s/step     1\.607  \[0:0\d\]", line
+    )
+    cb.on_train_end(args, state, TrainerControl())
+    metrics = [{"step": s, "reward": s / 10, "kl": None} for s in range(1, 11)]  # as read back from metrics.jsonl
+    rows = {
+        ln.split()[0]: ln.split()[1:]
+        for ln in summary_table({"algo": "grpo"}, metrics, console_spec("grpo")).splitlines()[1:]
+    }
+    assert rows["kl"] == ["off", "off"] and rows["reward"] == ["0.3", "0.8"]
+    assert "loss" not in rows  # a trend metric never logged has no row
+
+
+def test_gradient_checkpointing_prints_no_deprecation_warning_per_step(tmp_path):
+    """TRL toggles checkpointing around every generation and scoring pass through transformers' deprecated aliases
+    (six FutureWarnings per step before the fix); a GRPO run with checkpointing on shows none of them."""
+    import warnings
+
+    from tests.grpo.helpers import make_trainer
+
+    trainer = make_trainer(tmp_path, "model.gradient_checkpointing=true", "trainer.max_steps=2")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.filterwarnings("always", category=FutureWarning, append=True)  # every occurrence, not the first
+        trainer.train()
+    assert trainer.state.global_step == 2 and trainer.args.activation_checkpointing
+    assert trainer.accelerator.unwrap_model(trainer.model).is_activation_checkpointing  # on, and re-enabled by TRL
+    assert [str(w.message) for w in caught if "checkpointing" in str(w.message)] == []
+
+
 def test_eval_records_get_a_short_line_of_their_own():
     out = io.StringIO()
     cb = ConsoleCallback(console_spec("d2l"), stream=out)

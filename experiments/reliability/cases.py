@@ -286,7 +286,7 @@ CASES: list[Case] = [
         "missing_chat_template",
         "chat template file that does not exist",
         ("model.chat_template=nope.jinja",),
-        r"chat template 'nope\.jinja' not found",
+        r"model\.chat_template=nope\.jinja: no such chat template \(.*chat_templates/nope\.jinja\)",
     ),
     Case(
         "vocab_mismatch",

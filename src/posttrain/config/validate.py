@@ -1,14 +1,16 @@
-"""Cross-field rules checked after composition and before any model loads (one-line `ConfigError`s)."""
+"""Rules checked after composition and before any model loads (one-line `ConfigError`s): finite numbers, choices,
+each field's declared range or path kind (posttrain.config.fields), then the cross-field rules."""
 
 from __future__ import annotations
 
 from omegaconf import DictConfig
 
+from posttrain.config.fields import check_declared
 from posttrain.config.finite import check_finite
 from posttrain.errors import ConfigError
 from posttrain.kernels.registry import CHOICES as KERNEL_CHOICES
 
-__all__ = ["ConfigError", "check_choices", "check_positive", "validate"]
+__all__ = ["ConfigError", "check_choices", "validate"]
 
 
 _CHOICES = {
@@ -37,13 +39,6 @@ def check_choices(cfg: DictConfig, choices: dict, prefix: str = "") -> None:
             raise ConfigError(f"{prefix}{key}={value!r} is not one of {', '.join(allowed)}")
 
 
-def check_positive(cfg: DictConfig, keys: tuple[str, ...], strict: bool = True) -> None:
-    for key in keys:
-        value = _get(cfg, key)
-        if value < 0 or (strict and value == 0):
-            raise ConfigError(f"{key}={value} must be {'> 0' if strict else '>= 0'}")
-
-
 def _check_hf_names(cfg: DictConfig) -> None:
     """Scheduler and optimizer names HF TrainingArguments accepts (else a traceback deep in the trainer)."""
     from transformers.trainer_utils import SchedulerType
@@ -67,9 +62,7 @@ def validate(cfg: DictConfig, hf_names: bool = True) -> None:
     """
     check_finite(cfg)  # nan/inf in any numeric field of any group, before the rules below compare numbers
     check_choices(cfg, _CHOICES)
-    check_positive(cfg, ("trainer.max_steps", "trainer.per_device_batch_size", "trainer.grad_accum", "trainer.lr"))
-    check_positive(cfg, ("trainer.save_steps", "trainer.weight_decay", "trainer.warmup_steps"), strict=False)
-    check_positive(cfg, ("trainer.logging_steps", "hw.num_devices", "hw.device_gib"))
+    check_declared(cfg)  # every field of every group against its declared range or path kind
     if hf_names:
         _check_hf_names(cfg)
     if cfg.resume not in (None, "auto") and not isinstance(cfg.resume, str):

@@ -29,6 +29,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from posttrain.config.ranges import dir_problem
 from posttrain.errors import UserError
 
 MANIFEST = "manifest.json"
@@ -41,7 +42,14 @@ class CacheError(UserError):
 
 
 def cache_root() -> Path:
-    return Path(os.environ.get("POSTTRAIN_CACHE") or Path.home() / ".cache" / "posttrain").expanduser()
+    """`POSTTRAIN_CACHE` (default ~/.cache/posttrain); CacheError when it is not a directory and cannot become one."""
+    env = os.environ.get("POSTTRAIN_CACHE")
+    root = Path(env or Path.home() / ".cache" / "posttrain").expanduser()
+    problem = dir_problem(root)
+    if problem:
+        where = f"POSTTRAIN_CACHE={root}" if env else f"model cache {root} (POSTTRAIN_CACHE unset)"
+        raise CacheError(f"{where}: {problem}; POSTTRAIN_CACHE must name a directory")
+    return root
 
 
 def _log(msg: str) -> None:

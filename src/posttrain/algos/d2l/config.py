@@ -16,57 +16,61 @@ from dataclasses import dataclass, field
 
 from omegaconf import DictConfig
 
+from posttrain.config.ranges import free, local_path, num
 from posttrain.config.validate import ConfigError
 
 
 @dataclass
 class D2LEncoderConfig:
     # Number of base layers the context encoder runs (early exit); null: as deep as the targets need.
-    early_exit_layer: int | None = None
+    early_exit_layer: int | None = num(None, gt=0)  # at most the base's depth (validate_d2l)
     # true: the trimmed frozen copy shares the base's (frozen) tensors — no extra memory; false: a deep copy.
     share_weights: bool = True
     # Tokens per chunk the encoder reads at once. A longer document is split into chunks, one generated LoRA per
     # chunk, concatenated along the rank; past max_chunks chunks it is cut (max_chunks=1: truncate to
     # max_doc_length). The in-context teacher and baseline read exactly the same (cut) document.
-    max_doc_length: int = 256
-    max_chunks: int = 4
+    max_doc_length: int = num(256, gt=0)
+    max_chunks: int = num(4, gt=0)
 
 
 @dataclass
 class D2LAggregatorConfig:
-    num_blocks: int = 2
-    latent_size: int = 64
-    num_heads: int = 4
+    num_blocks: int = num(2, gt=0)
+    latent_size: int = num(64, gt=0)  # a multiple of num_heads (validate_d2l)
+    num_heads: int = num(4, gt=0)
     # null: derived (layers * modules * (rank if per_rank_gen else 1)); when set it must equal that number.
-    num_queries: int | None = None
-    mlp_ratio: int = 2
+    num_queries: int | None = num(None, gt=0)
+    mlp_ratio: int = num(2, gt=0)
 
 
 @dataclass
 class D2LAlgoConfig:
     name: str = "d2l"
     target_modules: list[str] = field(default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj"])
-    layers: list[int] | None = None  # base layers that get a generated LoRA; null: all
-    rank: int = 4
-    alpha: float = 8.0  # update = alpha / rank * B^T A x
+    # base layers that get a generated LoRA; null: all
+    layers: list[int] | None = free(None, "layer indices, checked against model.arch.num_hidden_layers")
+    rank: int = num(4, gt=0)
+    alpha: float = num(8.0, gt=0)  # update = alpha / rank * B^T A x
     per_rank_gen: bool = True
     per_layer_processing: bool = True
-    bias_lora_rank: int = 0  # >0: a learned, document-independent LoRA block added to the generated one
+    # >0: a learned, document-independent LoRA block added to the generated one
+    bias_lora_rank: int = num(0, ge=0)
     encoder: D2LEncoderConfig = field(default_factory=D2LEncoderConfig)
     aggregator: D2LAggregatorConfig = field(default_factory=D2LAggregatorConfig)
-    ce_coef: float = 1.0
-    kl_coef: float = 0.0  # >0: distil from the base model reading the document in context (top-k, cached)
-    kl_top_k: int = 16
-    kl_temperature: float = 1.0
+    ce_coef: float = num(1.0, ge=0)
+    # >0: distil from the base model reading the document in context (top-k, cached)
+    kl_coef: float = num(0.0, ge=0)
+    kl_top_k: int = num(16, gt=0)
+    kl_temperature: float = num(1.0, gt=0)
     # Where the teacher top-k cache lives; null: <run dir>/cache. Entries are keyed by what they depend on (base
     # weights' identity, teacher token ids, tokenizer and template, k, T), so runs may share one directory (e.g.
     # the seeds of an experiment on a pretrained base, whose teacher does not depend on the seed).
-    kl_cache_dir: str | None = None
-    l1_coef: float = 0.0  # L1 penalty on the generated A/B entries (mean |.|)
-    max_length: int = 128  # question + answer tokens (student); the teacher adds the document
-    max_new_tokens: int = 12
+    kl_cache_dir: str | None = local_path(None, kind="dir", must_exist=False)
+    l1_coef: float = num(0.0, ge=0)  # L1 penalty on the generated A/B entries (mean |.|)
+    max_length: int = num(128, gt=0)  # question + answer tokens (student); the teacher adds the document
+    max_new_tokens: int = num(12, gt=0)
     eval_at_end: bool = True  # held-out evaluation after training (summary.json["eval"])
-    eval_batch_size: int = 16
+    eval_batch_size: int = num(16, gt=0)
 
 
 def target_layers(cfg: DictConfig) -> list[int]:
@@ -118,26 +122,8 @@ def _check_targets(cfg: DictConfig) -> None:
 def validate_d2l(cfg: DictConfig) -> None:
     algo, agg = cfg.algo, cfg.algo.aggregator
     n_layers = int(cfg.model.arch.num_hidden_layers)
-    for key, value in (
-        ("rank", algo.rank),
-        ("aggregator.num_blocks", agg.num_blocks),
-        ("aggregator.latent_size", agg.latent_size),
-        ("aggregator.num_heads", agg.num_heads),
-        ("max_length", algo.max_length),
-        ("encoder.max_doc_length", algo.encoder.max_doc_length),
-        ("encoder.max_chunks", algo.encoder.max_chunks),
-        ("alpha", algo.alpha),
-        ("eval_batch_size", algo.eval_batch_size),
-    ):
-        if value <= 0:
-            raise ConfigError(f"algo.{key}={value} must be > 0")
-    for key in ("ce_coef", "kl_coef", "l1_coef", "bias_lora_rank"):
-        if algo[key] < 0:
-            raise ConfigError(f"algo.{key}={algo[key]} must be >= 0")
     if algo.ce_coef == 0 and algo.kl_coef == 0:
         raise ConfigError("algo.ce_coef and algo.kl_coef are both 0: nothing to train on")
-    if algo.kl_coef > 0 and algo.kl_top_k < 1:
-        raise ConfigError(f"algo.kl_top_k={algo.kl_top_k} must be >= 1 when algo.kl_coef > 0")
     if agg.latent_size % agg.num_heads:
         raise ConfigError(
             f"algo.aggregator.latent_size={agg.latent_size} must be divisible by num_heads={agg.num_heads}"
