@@ -49,10 +49,10 @@ def _kl(p_log: torch.Tensor, q_log: torch.Tensor, mask: torch.Tensor) -> float:
 def _delta_err(trainer) -> float:
     from peft.tuners.lora import LoraLayer
 
-    from posttrain.algos.grpo.rollout_copy import _copy_name
+    from posttrain.rollout.merged_copy import _copy_name
 
     policy = trainer.accelerator.unwrap_model(trainer.model)
-    copy_params = trainer.rollout_copy._params  # by the names before packing
+    copy_params = trainer.rollout.rollout_copy._params  # by the names before packing
     err = ref = 0.0
     for name, layer in policy.named_modules():
         if isinstance(layer, LoraLayer):
@@ -81,11 +81,11 @@ class Probe(TrainerCallback):
     def measure(self, step: int) -> None:
         trainer = self.trainer
         policy = trainer.accelerator.unwrap_model(trainer.model)
-        trainer.rollout_copy.sync(policy)
+        trainer.rollout.rollout_copy.sync(policy)
         policy.eval()
         pol = _logprobs(trainer.model, self.batch)  # the policy as training runs it (autocast wrapper)
         policy.train()
-        cop = _logprobs(trainer.rollout_copy.model, self.batch)
+        cop = _logprobs(trainer.rollout.rollout_copy.model, self.batch)
         unmerged = _logprobs(_unmerged_copy(policy), self.batch)
         if self.first is None:
             self.first = pol
@@ -127,7 +127,7 @@ def main() -> None:
         tok = trainer.processing_class
         enc = make_train_batch(tok)
         torch.manual_seed(args.seed)
-        ids = trainer.rollout_copy.model.generate(
+        ids = trainer.rollout.rollout_copy.model.generate(
             **enc, do_sample=True, temperature=0.7, max_new_tokens=16, pad_token_id=tok.pad_token_id
         )
         attn = (ids != tok.pad_token_id).long()

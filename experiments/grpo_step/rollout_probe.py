@@ -15,9 +15,9 @@ import time
 import torch
 from probe_batch import make_train_batch
 
-from posttrain.algos.grpo import rollout_copy
 from posttrain.config.compose import load_config
 from posttrain.models import load
+from posttrain.rollout import merged_copy as rollout_copy
 
 torch.set_num_threads(1)
 cfg = load_config(["+experiment=grpo_smollm2_add", "hw.precision=bf16"])

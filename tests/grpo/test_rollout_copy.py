@@ -8,10 +8,10 @@ import torch
 from torch import nn
 
 from posttrain.algos.grpo.build import build_trainer
-from posttrain.algos.grpo.rollout_copy import PackedLinear, RolloutCopy, packing_available
 from posttrain.config.compose import load_config
 from posttrain.config.validate import ConfigError
 from posttrain.models import load
+from posttrain.rollout.merged_copy import PackedLinear, RolloutCopy, packing_available
 
 TINY = ["model=tiny_llama", "hw.precision=bf16", "trainer.progress_bar=false"]
 needs_packing = pytest.mark.skipif(not packing_available(), reason="this torch build has no oneDNN weight packing")
@@ -121,7 +121,7 @@ def test_grpo_generates_with_the_copy_synced_each_step(tmp_path):
         ]
     )
     trainer = build_trainer(cfg, tmp_path, [])
-    rollout = trainer.rollout_copy
+    rollout = trainer.rollout.rollout_copy
     assert isinstance(rollout, RolloutCopy)
     calls = []
     generate = rollout.model.generate
@@ -131,7 +131,7 @@ def test_grpo_generates_with_the_copy_synced_each_step(tmp_path):
     policy = trainer.accelerator.unwrap_model(trainer.model)
     # the copy holds the weights the second round sampled from: after the first step, not the second
     lora_b = next(p for n, p in policy.named_parameters() if "lora_B" in n)
-    assert lora_b.abs().max() > 0 and trainer._rollout_copy_step == 1
+    assert lora_b.abs().max() > 0 and trainer._rollout_step == 1
     rollout.sync(policy)
     ids = torch.randint(3, 200, (2, 6))
     with torch.no_grad():
@@ -140,5 +140,5 @@ def test_grpo_generates_with_the_copy_synced_each_step(tmp_path):
 
 
 def test_bf16_copy_is_cpu_only():
-    with pytest.raises(ConfigError, match="CPU rollout copy"):
+    with pytest.raises(ConfigError, match=r"backend=bf16_copy .* does not run on hw.device=cuda"):
         load_config([*TINY, "algo.generation.backend=bf16_copy", "hw=h200", "model=tiny_llama"])

@@ -1,5 +1,5 @@
-"""`algo.generation.backend=bf16_copy`: GRPO samples from a bf16 copy of the policy, the CPU analogue of a colocated
-vLLM engine.
+"""The merged rollout copy: the policy with its LoRA merged into a separate model that only generates (the
+`bf16_copy` and `static` rollout engines sample from it; the CPU analogue of a colocated vLLM engine).
 
 The copy is the policy with its LoRA merged (`peft`'s `get_delta_weight`, computed from the policy's own weights
 so the policy is never modified: merging into bf16 base weights and unmerging again would round them), every
@@ -68,11 +68,12 @@ def _copy_name(name: str) -> str:
 
 
 class RolloutCopy:
-    """A bf16 copy of `policy` (a transformers model, or a PEFT model with LoRA adapters) for `generate`, with its
-    own attention implementation (`attn_implementation`; None: the policy's). Training on CPU prefers eager
-    attention (ATen's CPU flash-attention backward is the slow part of a bf16 step), decoding prefers sdpa."""
+    """A copy of `policy` (a transformers model, or a PEFT model with LoRA adapters) in `dtype` (bf16 by default) on
+    the policy's device, for `generate`, with its own attention implementation (`attn_implementation`; None: the
+    policy's). Training on CPU prefers eager attention (ATen's CPU flash-attention backward is the slow part of a
+    bf16 step), decoding prefers sdpa. Linear weights are packed for oneDNN on CPU only."""
 
-    def __init__(self, policy: nn.Module, attn_implementation: str | None = None):
+    def __init__(self, policy: nn.Module, attn_implementation: str | None = None, dtype: torch.dtype = torch.bfloat16):
         from peft import PeftModel
 
         self.is_peft = isinstance(policy, PeftModel)
@@ -80,7 +81,7 @@ class RolloutCopy:
             model = copy.deepcopy(policy)
             if self.is_peft:
                 model = model.merge_and_unload()
-            self.model = model.to(torch.bfloat16).eval().requires_grad_(False)
+            self.model = model.to(dtype).eval().requires_grad_(False)
         # accelerate replaces the policy's `forward` by an autocast wrapper, a closure over the policy that deepcopy
         # keeps: the copy would run the policy. Back to the class's forward (the copy is bf16: no autocast).
         for module in self.model.modules():
@@ -89,9 +90,10 @@ class RolloutCopy:
             self.model.set_attn_implementation(attn_implementation)
         self._params = dict(self.model.named_parameters(remove_duplicate=False))
         self._packed: dict[int, list[PackedLinear]] = {}  # id(source parameter) -> its packed linears
-        if packing_available() and next(self.model.parameters()).device.type == "cpu":
+        on_cpu = next(self.model.parameters()).device.type == "cpu"
+        if on_cpu and dtype == torch.bfloat16 and packing_available():
             self._pack_linears()
-        else:
+        elif on_cpu and dtype == torch.bfloat16:
             log.warning("oneDNN weight packing unavailable in this torch build: the rollout copy uses plain linears")
         self.sync(policy)
 
@@ -121,13 +123,13 @@ class RolloutCopy:
 
     @torch.no_grad()
     def sync(self, policy: nn.Module) -> None:
-        """Copy the policy's trained weights into the copy (rounded to bf16) and re-pack the linears they feed."""
+        """Copy the policy's trained weights into the copy (rounded to its dtype) and re-pack the linears they feed."""
         for name, value in self._trained_weights(policy):
             target = self._params.get(name)
             if target is None:
                 raise ValueError(
                     f"rollout copy: the policy's trained weight {name!r} has no counterpart in the merged copy "
-                    "(algo.generation.backend=bf16_copy supports LoRA on linear layers and full fine-tuning)"
+                    "(the rollout copy supports LoRA on linear layers and full fine-tuning)"
                 )
             target.copy_(value)
             for packed in self._packed.get(id(target), ()):

@@ -12,6 +12,7 @@ from posttrain.algos.grpo.kl_control import AdaptiveBeta
 from posttrain.algos.grpo.rewards import reward_functions
 from posttrain.dist import is_main_process
 from posttrain.kernels.registry import BACKENDS
+from posttrain.rollout import build_engine
 from posttrain.training_args import common_training_kwargs
 
 __all__ = ["build_trainer", "grpo_args"]
@@ -37,6 +38,9 @@ def grpo_args(cfg: DictConfig, run_dir: Path, reward_weights: list[float] | None
         temperature=gen.temperature,
         top_p=gen.top_p,
         top_k=gen.top_k,
+        # the policy is loaded with use_cache=False for training, which transformers' generate inherits: sampling
+        # would recompute the whole sequence for every token (7x slower on one CPU core). vLLM takes no such key.
+        generation_kwargs=None if gen.backend == "vllm" else {"use_cache": True},
         use_vllm=gen.backend == "vllm",
         vllm_mode=gen.vllm_mode,
         vllm_gpu_memory_utilization=cfg.hw.vllm_gpu_memory_utilization,
@@ -64,16 +68,6 @@ def _reference_for_full_finetuning(cfg: DictConfig, model: Any, run_dir: Path) -
     init_dir = run_dir / "init_model"
     model.save_pretrained(init_dir)
     model.config._name_or_path = str(init_dir)
-
-
-def _rollout_copy(cfg: DictConfig, model: Any):
-    """`algo.generation.backend=bf16_copy`: the bf16 copy of the policy that generates (sdpa attention for Llama,
-    whatever training uses: measured in experiments/grpo_step)."""
-    if cfg.algo.generation.backend != "bf16_copy":
-        return None
-    from posttrain.algos.grpo.rollout_copy import RolloutCopy
-
-    return RolloutCopy(model, attn_implementation="sdpa" if cfg.model.family == "llama" else None)
 
 
 def build_trainer(cfg: DictConfig, run_dir: Path, callbacks: list | None = None):
@@ -112,7 +106,17 @@ def build_trainer(cfg: DictConfig, run_dir: Path, callbacks: list | None = None)
         kl_estimator=kl.estimator,
         kl_controller=controller,
         reward_hist_default=cfg.data.name,
-        rollout_copy=_rollout_copy(cfg, model),
+    )
+    # after the trainer placed the policy on its device: the copy lands there too
+    trainer.attach_rollout(
+        build_engine(
+            cfg,
+            model,
+            trainer.generation_config,
+            pad_token_id=tokenizer.pad_token_id,
+            eos_token_ids=trainer.eos_token_ids,
+            pad_to_multiple_of=trainer.pad_to_multiple_of,  # GRPOConfig resolved "auto" to None or an int
+        )
     )
     trainer.heldout_before = heldout_before
     return trainer

@@ -6,8 +6,10 @@ from dataclasses import dataclass, field
 
 from omegaconf import DictConfig
 
-from posttrain.config.validate import ConfigError, check_choices, check_positive
+from posttrain.config.ranges import num
+from posttrain.config.validate import ConfigError, check_choices
 from posttrain.kernels.registry import IS_LEVELS, KL_BIAS_CORRECTION, KL_ESTIMATORS, LOSS_TYPES, TRL
+from posttrain.rollout import BACKENDS as ROLLOUT_BACKENDS
 
 
 @dataclass
@@ -15,35 +17,39 @@ class KLConfig:
     estimator: str = "k3"  # k1 | k2 | k3 (TRL's loss has k3 only; k1/k2 need kernels=<backend>)
     # KL term times the importance ratio (TRL's use_bias_correction_kl and its default; DeepSeek-V3.2), every backend
     bias_correction: bool = KL_BIAS_CORRECTION
-    target: float | None = None  # adaptive beta toward this per-token KL; null: fixed beta
-    horizon: int | None = None  # steps; null: proportional rule (posttrain.algos.grpo.kl_control)
-    beta_min: float = 1e-6
-    beta_max: float = 10.0
+    # adaptive beta toward this per-token KL; null: fixed beta
+    target: float | None = num(None, gt=0, note="or null: fixed beta")
+    horizon: int | None = num(None, gt=0)  # steps; null: proportional rule (posttrain.algos.grpo.kl_control)
+    beta_min: float = num(1e-6, ge=0)
+    beta_max: float = num(10.0, gt=0)
 
 
 @dataclass
 class GenerationConfig:
-    # hf: TRL's transformers generate on the policy | vllm | bf16_copy: on a merged bf16 copy (CPU, rollout_copy)
+    # the rollout engine (posttrain.rollout): hf (TRL's generate on the policy) | bf16_copy (merged bf16 copy, CPU) |
+    # static (merged copy, static KV cache, compiled decode) | vllm (TRL's vLLM)
     backend: str = "hf"
     vllm_mode: str = "colocate"  # colocate | server
-    temperature: float = 1.0
-    top_p: float = 1.0
-    top_k: int = 0
+    compile: bool | None = None  # static: compile the decode step (null: on CUDA only, where it is CUDA graphs)
+    temperature: float = num(1.0, gt=0)  # transformers GenerationConfig; TRL divides logits by it
+    top_p: float = num(1.0, gt=0, le=1)  # TRL GRPOConfig, vLLM SamplingParams
+    top_k: int = num(0, ge=0, note="0: off")
 
 
 @dataclass
 class GRPOAlgoConfig:
     name: str = "grpo"
-    num_generations: int = 8  # completions per prompt (one group); trainer.per_device_batch_size counts completions
-    max_prompt_length: int = 256  # a guard: longer prompts are refused (TRL does not truncate)
-    max_completion_length: int = 16
+    # completions per prompt (one group); trainer.per_device_batch_size counts completions
+    num_generations: int = num(8, ge=2, note="advantages are per group")
+    max_prompt_length: int = num(256, gt=0)  # a guard: longer prompts are refused (TRL does not truncate)
+    max_completion_length: int = num(16, gt=0)
     loss_type: str = "grpo"  # grpo | bnpo | dr_grpo | dapo
-    beta: float = 0.04  # KL coefficient (0: no reference model)
-    epsilon: float = 0.2
-    epsilon_high: float | None = None
+    beta: float = num(0.04, ge=0)  # KL coefficient (0: no reference model)
+    epsilon: float = num(0.2, ge=0)  # clip range [1 - epsilon, 1 + epsilon_high]
+    epsilon_high: float | None = num(None, ge=0)  # null: epsilon
     scale_rewards: str = "group"  # group | batch | none
     importance_sampling_level: str = "token"  # token | sequence
-    num_iterations: int = 1
+    num_iterations: int = num(1, gt=0)
     mask_truncated_completions: bool = False
     kl: KLConfig = field(default_factory=KLConfig)
     generation: GenerationConfig = field(default_factory=GenerationConfig)
@@ -54,7 +60,7 @@ CHOICES = {
     "scale_rewards": ("group", "batch", "none"),
     "importance_sampling_level": IS_LEVELS,
     "kl.estimator": KL_ESTIMATORS,
-    "generation.backend": ("hf", "vllm", "bf16_copy"),
+    "generation.backend": tuple(ROLLOUT_BACKENDS),
     "generation.vllm_mode": ("colocate", "server"),
 }
 
@@ -62,22 +68,27 @@ CHOICES = {
 def validate_grpo(cfg: DictConfig) -> None:
     algo = cfg.algo
     check_choices(algo, CHOICES, prefix="algo.")
-    check_positive(cfg, ("algo.num_generations", "algo.max_completion_length", "algo.max_prompt_length"))
-    check_positive(cfg, ("algo.beta",), strict=False)
-    if algo.num_generations < 2:
-        raise ConfigError(f"algo.num_generations={algo.num_generations} must be >= 2 (advantages are per group)")
     global_batch = cfg.trainer.per_device_batch_size * cfg.trainer.grad_accum * cfg.hw.num_devices
     if global_batch % algo.num_generations:
         raise ConfigError(
             f"algo.num_generations={algo.num_generations} must divide the generation batch "
             f"(per_device_batch_size*grad_accum*devices={global_batch})"
         )
-    if algo.generation.backend == "bf16_copy" and cfg.hw.device != "cpu":
+    rollout = ROLLOUT_BACKENDS[algo.generation.backend]
+    if cfg.hw.device not in rollout.devices:
+        others = [b for b, row in ROLLOUT_BACKENDS.items() if cfg.hw.device in row.devices]
         raise ConfigError(
-            f"algo.generation.backend=bf16_copy is the CPU rollout copy; on hw.device={cfg.hw.device} use hf or vllm"
+            f"algo.generation.backend={rollout.name} ({rollout.summary}) does not run on hw.device={cfg.hw.device}; "
+            f"one of {others}"
         )
-    if algo.kl.target is not None and algo.kl.target <= 0:
-        raise ConfigError(f"algo.kl.target={algo.kl.target} must be > 0 (or null to disable adaptive beta)")
+    shards_weights = any(tag in (cfg.hw.accelerate_config or "") for tag in ("zero3", "fsdp"))
+    if rollout.merged_copy and cfg.hw.num_devices > 1 and shards_weights:
+        raise ConfigError(
+            f"algo.generation.backend={rollout.name} keeps a whole copy of the policy per process, which "
+            f"hw.accelerate_config={cfg.hw.accelerate_config} shards: use hf or vllm"
+        )
+    if algo.kl.beta_min > algo.kl.beta_max:
+        raise ConfigError(f"algo.kl.beta_min={algo.kl.beta_min} must be <= algo.kl.beta_max={algo.kl.beta_max}")
     if algo.kl.target is not None and algo.beta == 0:
         raise ConfigError("algo.kl.target is set but algo.beta=0: adaptive beta needs a starting beta > 0")
     if algo.kl.estimator != "k3" and cfg.kernels.backend == TRL:

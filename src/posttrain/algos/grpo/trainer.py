@@ -10,7 +10,10 @@
 2. Adaptive beta (`algo.kl.target`): after each optimizer step beta follows that step's KL (`kl_control`); the
    controller's state is in every checkpoint (`trainer_state.json`), so `resume=auto` continues its beta.
 3. Guards: a non-finite loss stops training with the step number; checkpoints are written atomically.
-4. Logging: reward histograms by constraint type (`reward_hist/<type>/<bin>` counts in metrics.jsonl, wandb
+4. Rollouts from a `posttrain.rollout` engine when `algo.generation.backend` is a merged-copy backend (`bf16_copy`,
+   `static`): the copy is re-synced once per optimizer step before it samples; the sync time and the sampling
+   rate are logged (`rollout/sync_seconds`, `rollout/tokens_per_second`). `hf` and `vllm` stay TRL's own paths.
+5. Logging: reward histograms by constraint type (`reward_hist/<type>/<bin>` counts in metrics.jsonl, wandb
    histograms), beta each step; `kl` and `kl_p95` on both paths with one meaning (`_record_kl`); TRL already logs
    per-reward means, completion lengths, clip ratios and the fraction of zero-std groups.
 """
@@ -19,6 +22,7 @@ from __future__ import annotations
 
 import logging
 import math
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -41,7 +45,6 @@ from posttrain.algos.grpo.policy_forward import (
     take_over_fp32_head,
 )
 from posttrain.algos.grpo.reward_hist import RewardHistogram, constraint_types, total_range
-from posttrain.algos.grpo.rollout_copy import RolloutCopy
 from posttrain.checkpoints import AtomicCheckpointMixin
 from posttrain.errors import TrainingError
 from posttrain.guards import check_finite_loss, check_finite_weights
@@ -51,6 +54,7 @@ from posttrain.kernels import (
     kl_per_token,
     lm_head_gathered,
 )
+from posttrain.rollout.engine import RolloutEngine
 
 
 class PosttrainGRPOTrainer(AtomicCheckpointMixin, GRPOTrainer):
@@ -64,7 +68,6 @@ class PosttrainGRPOTrainer(AtomicCheckpointMixin, GRPOTrainer):
         kl_estimator: str = "k3",
         kl_controller: AdaptiveBeta | None = None,
         reward_hist_default: str = "all",
-        rollout_copy: RolloutCopy | None = None,
         **kwargs,
     ):
         own_fp32_head = take_over_fp32_head(kwargs.get("args"), kwargs.get("model"))
@@ -87,8 +90,8 @@ class PosttrainGRPOTrainer(AtomicCheckpointMixin, GRPOTrainer):
         self._step_beta = self.beta  # the beta the current optimizer step's loss uses, logged with that step
         self._step_kls_from = 0  # where the current step's entries start in `_metrics["train"]["kl"]`
         self.add_callback(_AfterOptimizerStep(self._after_optimizer_step))
-        self.rollout_copy = rollout_copy  # algo.generation.backend=bf16_copy; synced once per optimizer step
-        self._rollout_copy_step = self.state.global_step
+        self.rollout: RolloutEngine | None = None  # a merged-copy backend's engine (`attach_rollout`)
+        self._rollout_step = self.state.global_step
         if kl_controller is not None:
             self.add_callback(kl_controller)  # an ExportableState callback: HF saves it in every checkpoint
 
@@ -307,18 +310,27 @@ class PosttrainGRPOTrainer(AtomicCheckpointMixin, GRPOTrainer):
             )
         return loss, stats, kl, aux_loss, entropy
 
-    def _generate_single_turn(self, *args, **kwargs):
-        """With a rollout copy, TRL's transformers generation runs on it (synced once per optimizer step)."""
-        if self.rollout_copy is None or self.use_vllm:
-            return super()._generate_single_turn(*args, **kwargs)
-        if self.state.global_step != self._rollout_copy_step:
-            self.rollout_copy.sync(self.accelerator.unwrap_model(self.model))
-            self._rollout_copy_step = self.state.global_step
-        wrapped, self.model_wrapped = self.model_wrapped, self.rollout_copy.model
-        try:
-            return super()._generate_single_turn(*args, **kwargs)
-        finally:
-            self.model_wrapped = wrapped
+    def attach_rollout(self, engine: RolloutEngine | None) -> None:
+        """Sample from `engine` (its copy in step with the policy as of now) instead of TRL's `generate`."""
+        self.rollout = engine
+        self._rollout_step = self.state.global_step
+
+    def _generate_single_turn(self, prompt_ids, images, multimodal_fields, num_generations, has_tool_images=False):
+        """With a rollout engine, completions come from it; its copy is re-synced once per optimizer step."""
+        if self.rollout is None or self.use_vllm or images is not None or multimodal_fields:
+            return super()._generate_single_turn(
+                prompt_ids, images, multimodal_fields, num_generations, has_tool_images
+            )
+        mode = "train" if self.model.training else "eval"
+        if self.state.global_step != self._rollout_step:
+            seconds = self.rollout.sync(self.accelerator.unwrap_model(self.model))
+            self._metrics[mode]["rollout/sync_seconds"].append(seconds)
+            self._rollout_step = self.state.global_step
+        start = time.perf_counter()
+        completion_ids = self.rollout.generate(prompt_ids)
+        tokens = sum(len(ids) for ids in completion_ids)
+        self._metrics[mode]["rollout/tokens_per_second"].append(tokens / max(time.perf_counter() - start, 1e-9))
+        return completion_ids, None
 
     def _generate_and_score_completions(self, inputs):
         try:

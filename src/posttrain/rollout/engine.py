@@ -1,0 +1,162 @@
+"""`RolloutEngine`: sample completions for a batch of tokenized prompts from one model, one call.
+
+    engine = RolloutEngine(model, generation_config, pad_token_id=..., eos_token_ids=[...])
+    completion_ids = engine.generate(prompt_ids)     # list of token lists, each up to and including its first EOS
+    seconds = engine.sync(policy)                    # a merged copy follows the policy (0.0 without a copy)
+
+`generate` does what TRL's GRPOTrainer does on its transformers path (left padding, `model.generate` with the
+trainer's `GenerationConfig`, everything after the first EOS dropped), so an engine over the same model and
+configuration samples exactly TRL's tokens; what the engines change is the model (`RolloutCopy`) and the
+configuration. With `static_cache_len` the engine passes `generate` a `StaticCache` of that many positions, one
+per batch size, allocated once and reset before every call (so its buffers keep their addresses, as CUDA graphs
+need), and `static_generation_config` turns on transformers' own compilation of the decode step (`torch.compile` of
+the forward; CUDA graphs with `mode="reduce-overhead"` on CUDA). The prefill runs uncompiled (its shape follows the
+prompt length); every decode step has one shape (batch x 1 token against `static_cache_len` cached positions), so it
+compiles once per batch size.
+
+Sliding-window layers (GPT-OSS) get full-length cache layers too: transformers' sliding static layer tracks its
+fill level in a Python int, which `torch.compile` specialises on, recompiling at every decode step. The window is
+still applied, by the attention mask, over absolute positions: the same attention (sinks included) as the
+dynamic cache's, at the cost of caching all positions of those layers.
+"""
+
+from __future__ import annotations
+
+import copy
+import time
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+from transformers import GenerationConfig, StaticCache
+from transformers.generation import CompileConfig
+
+from posttrain.rollout.merged_copy import RolloutCopy
+
+
+def static_generation_config(
+    base: GenerationConfig, compile: bool, device_type: str, compile_backend: str = "inductor"
+) -> GenerationConfig:
+    """`base` for generating into a `StaticCache` and, when `compile`, with a compiled decode step.
+
+    On CUDA the step is captured as a CUDA graph (`mode="reduce-overhead"`); elsewhere it is compiled without
+    graphs (transformers only compiles on accelerators unless told to, `_compile_all_devices`).
+    """
+    config = copy.deepcopy(base)
+    config.cache_implementation = None  # the engine passes its own cache
+    config.use_cache = True
+    config.disable_compile = not compile
+    if compile:
+        compile_config = CompileConfig(
+            fullgraph=True,
+            dynamic=False,
+            backend=compile_backend,
+            mode="reduce-overhead" if device_type == "cuda" and compile_backend == "inductor" else "default",
+        )
+        setattr(compile_config, "_compile_all_devices", device_type != "cuda")  # noqa: B010 (typed None)
+        config.compile_config = compile_config
+    return config
+
+
+def static_cache(model_config: Any, max_cache_len: int) -> StaticCache:
+    """A `StaticCache` of `max_cache_len` positions with full-length layers, sliding-window layers included."""
+    config = copy.deepcopy(model_config.get_text_config(decoder=True))
+    config.layer_types = ["full_attention"] * config.num_hidden_layers
+    return StaticCache(config=config, max_cache_len=max_cache_len)
+
+
+def left_pad(prompt_ids: Sequence[Sequence[int]], pad_token_id: int, multiple: int | None = None):
+    """(input_ids, attention_mask) [B, L]: prompts right-aligned (left padding), L rounded up to `multiple`."""
+    longest = max(len(p) for p in prompt_ids)
+    if multiple:
+        longest = -(-longest // multiple) * multiple
+    ids = torch.full((len(prompt_ids), longest), pad_token_id, dtype=torch.long)
+    mask = torch.zeros((len(prompt_ids), longest), dtype=torch.long)
+    for row, prompt in enumerate(prompt_ids):
+        if prompt:
+            ids[row, -len(prompt) :] = torch.tensor(prompt, dtype=torch.long)
+            mask[row, -len(prompt) :] = 1
+    return ids, mask
+
+
+def until_first_eos(completions: torch.Tensor, eos_token_ids: Sequence[int]) -> list[list[int]]:
+    """Each row up to and including its first EOS token (the whole row when it has none), as lists."""
+    is_eos = torch.isin(completions, torch.tensor(list(eos_token_ids), device=completions.device))
+    width = completions.size(1)
+    first = torch.where(is_eos.any(1), is_eos.int().argmax(1), torch.full_like(is_eos[:, 0], width, dtype=torch.long))
+    lengths = (first + 1).clamp(max=width).tolist()
+    rows = completions.tolist()
+    return [row[:n] for row, n in zip(rows, lengths)]
+
+
+class RolloutEngine:
+    """Generates with `model` (or with `rollout_copy.model`, kept in step with the policy by `sync`)."""
+
+    def __init__(
+        self,
+        model: Any,
+        generation_config: GenerationConfig,
+        *,
+        pad_token_id: int,
+        eos_token_ids: Sequence[int],
+        pad_to_multiple_of: int | None = None,
+        rollout_copy: RolloutCopy | None = None,
+        static_cache_len: int | None = None,
+        name: str = "hf",
+    ):
+        self.rollout_copy = rollout_copy
+        self.model = rollout_copy.model if rollout_copy is not None else model
+        self.generation_config = generation_config
+        self.pad_token_id = pad_token_id
+        self.eos_token_ids = list(eos_token_ids)
+        self.pad_to_multiple_of = pad_to_multiple_of
+        self.static_cache_len = static_cache_len
+        self._caches: dict[int, StaticCache] = {}  # by batch size
+        self.name = name
+
+    def sync(self, policy: torch.nn.Module) -> float:
+        """Copy the policy's trained weights into the rollout copy; the seconds it took (device work included)."""
+        if self.rollout_copy is None:
+            return 0.0
+        start = time.perf_counter()
+        self.rollout_copy.sync(policy)
+        device = next(self.model.parameters()).device
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+        return time.perf_counter() - start
+
+    @torch.no_grad()
+    def generate(self, prompt_ids: Sequence[Sequence[int]]) -> list[list[int]]:
+        """One completion per prompt: token ids up to and including the first EOS (TRL's completion ids)."""
+        device = next(self.model.parameters()).device
+        ids, mask = left_pad(prompt_ids, self.pad_token_id, self.pad_to_multiple_of)
+        extra = {}
+        if self.static_cache_len is not None:
+            extra["past_key_values"] = self._static_cache(ids.size(0), ids.size(1))
+        was_training = self.model.training
+        self.model.eval()
+        try:
+            out = self.model.generate(
+                input_ids=ids.to(device),
+                attention_mask=mask.to(device),
+                generation_config=self.generation_config,
+                **extra,
+            )
+        finally:
+            self.model.train(was_training)
+        return until_first_eos(out[:, ids.size(1) :], self.eos_token_ids)
+
+    def _static_cache(self, batch: int, prompt_len: int) -> StaticCache:
+        assert self.static_cache_len is not None
+        needed = prompt_len + (self.generation_config.max_new_tokens or 0)
+        if needed > self.static_cache_len:
+            raise ValueError(
+                f"rollout: a {prompt_len}-token prompt plus {self.generation_config.max_new_tokens} new tokens does "
+                f"not fit the static cache of {self.static_cache_len} positions (algo.max_prompt_length too small?)"
+            )
+        cache = self._caches.get(batch)
+        if cache is None:
+            cache = self._caches[batch] = static_cache(self.model.config, self.static_cache_len)
+        else:
+            cache.reset()
+        return cache

@@ -1,0 +1,110 @@
+"""Rollout engines sample what TRL's transformers path samples: greedy tokens equal to the dynamic cache's and to a
+cache-free forward (GPT-OSS past its sliding window included), the same seeded samples, one compiled decode step."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from transformers import GenerationConfig
+
+from posttrain.config.compose import load_config
+from posttrain.models import load
+from posttrain.rollout.engine import RolloutEngine, left_pad, static_generation_config, until_first_eos
+from posttrain.rollout.merged_copy import RolloutCopy
+
+NEW = 12
+TEXTS = [
+    "hello there, how are you today?",
+    "abc",
+    "the quick brown fox jumps",
+    "x y",
+]  # longer and shorter than GPT-OSS's window
+
+
+@pytest.fixture(scope="module", params=["tiny_llama", "tiny_gpt_oss"])
+def tiny(request):
+    model, tok = load(load_config([f"model={request.param}"]))
+    model.eval()
+    prompts = [tok(t, add_special_tokens=False).input_ids for t in TEXTS]
+    return request.param, model, tok, prompts
+
+
+def _config(tok, **kw) -> GenerationConfig:
+    # min_new_tokens: the random models' EOS prior would end most rows after a token or two
+    base = dict(max_new_tokens=NEW, min_new_tokens=NEW, do_sample=False, use_cache=True, disable_compile=True)
+    return GenerationConfig(**{**base, "pad_token_id": tok.pad_token_id, "eos_token_id": [tok.eos_token_id], **kw})
+
+
+def _engine(model, tok, config, **kw) -> RolloutEngine:
+    return RolloutEngine(model, config, pad_token_id=tok.pad_token_id, eos_token_ids=[tok.eos_token_id], **kw)
+
+
+def _static(model, tok, config, compile_backend: str | None = None) -> RolloutEngine:
+    copy = RolloutCopy(model, dtype=torch.float32)
+    gen = static_generation_config(config, compile_backend is not None, "cpu", compile_backend or "inductor")
+    return _engine(None, tok, gen, rollout_copy=copy, static_cache_len=64, name="static")
+
+
+def test_left_pad_and_first_eos_cut():
+    ids, mask = left_pad([[5, 6, 7], [8]], pad_token_id=0, multiple=4)
+    assert ids.tolist() == [[0, 5, 6, 7], [0, 0, 0, 8]] and mask.tolist() == [[0, 1, 1, 1], [0, 0, 0, 1]]
+    out = torch.tensor([[3, 9, 4, 9], [3, 3, 3, 3], [9, 0, 0, 0]])
+    assert until_first_eos(out, [9]) == [[3, 9], [3, 3, 3, 3], [9]]
+
+
+def test_static_cache_greedy_equals_dynamic_cache_and_full_forward(tiny):
+    name, model, tok, prompts = tiny
+    dynamic = _engine(model, tok, _config(tok)).generate(prompts)
+    no_cache = _engine(model, tok, _config(tok, use_cache=False)).generate(prompts)
+    static = _static(model, tok, _config(tok))
+    got = static.generate(prompts)
+    assert [len(c) for c in got] == [NEW] * len(prompts)
+    assert got == dynamic == no_cache
+    if name == "tiny_gpt_oss":  # the rollouts run past the sliding window of the sliding layers
+        assert max(len(p) for p in prompts) + NEW > 2 * model.config.sliding_window
+    # the cache is reused (reset) for the same batch size: a second call gives the same tokens for permuted prompts
+    again = static.generate(prompts[::-1])
+    assert again == got[::-1] and len(static._caches) == 1
+
+
+def test_compiled_decode_step_compiles_once_and_keeps_the_tokens(tiny):
+    """`torch.compile` of the decode step (aot_eager: dynamo + AOTAutograd, no codegen: the inductor run is in
+    `python -m posttrain.bench generation --check`): one graph for every step and every prompt length."""
+    import torch._dynamo
+
+    name, model, tok, prompts = tiny
+    torch._dynamo.reset()
+    expected = _engine(model, tok, _config(tok)).generate(prompts)
+    static = _static(model, tok, _config(tok), compile_backend="aot_eager")
+    assert static.generate(prompts) == expected
+    with torch._dynamo.config.patch(error_on_recompile=True):  # other prompt lengths, same decode-step shapes
+        assert static.generate(prompts[1:] + prompts[:1]) == expected[1:] + expected[:1]
+        assert static.generate([p[:2] for p in prompts]) == _engine(model, tok, _config(tok)).generate(
+            [p[:2] for p in prompts]
+        )
+
+
+def test_seeded_sampling_draws_the_same_tokens(tiny):
+    name, model, tok, prompts = tiny
+    config = _config(tok, do_sample=True, temperature=0.7, top_p=0.9, top_k=0)
+    torch.manual_seed(3)
+    dynamic = _engine(model, tok, config).generate(prompts * 2)
+    torch.manual_seed(3)
+    static = _static(model, tok, config).generate(prompts * 2)
+    assert static == dynamic
+    assert len({tuple(c) for c in static}) > len(prompts)  # they are samples, not the greedy rows
+
+
+def test_copy_sync_is_timed_and_follows_the_policy():
+    model, tok = load(load_config(["model=tiny_llama"]))
+    engine = _static(model, tok, _config(tok))
+    prompts = [tok(t, add_special_tokens=False).input_ids for t in TEXTS]
+    before = engine.generate(prompts)
+    with torch.no_grad():
+        for n, p in model.named_parameters():
+            if "lora_B" in n:
+                p.normal_(0, 0.5)
+    assert engine.generate(prompts) == before  # a snapshot until synced
+    seconds = engine.sync(model)
+    assert 0.0 < seconds < 5.0
+    assert engine.generate(prompts) == _engine(model, tok, _config(tok)).generate(prompts) != before
