@@ -18,6 +18,7 @@ from posttrain.algos.registry import get_algorithm
 from posttrain.callbacks import JsonlMetricsCallback, read_metrics, summary_stats
 from posttrain.callbacks.console import ConsoleSpec, finish_run, use_console
 from posttrain.checkpoints import check_run_identity, eval_checkpoint, identity, resolve_resume
+from posttrain.config.auto_hw import resolve_auto_hw
 from posttrain.config.validate import ConfigError, validate
 from posttrain.dist import export_submitit_env, is_main_process, world_size
 
@@ -86,6 +87,9 @@ def _summary(algorithm: Algorithm, metrics: list[dict[str, Any]], runtime: float
 def run(cfg: DictConfig) -> float | None:
     """Validate, apply the hw profile, then plan, train or evaluate; writes `config.yaml` and `summary.json` in the
     run dir and returns the objective (for Hydra sweepers)."""
+    chosen = resolve_auto_hw(cfg)  # hw=auto -> this machine's profile, before anything reads hw
+    if chosen and is_main_process():
+        print(chosen, flush=True)
     validate(cfg)
     from posttrain.hardware import apply_profile
 

@@ -47,6 +47,17 @@ def test_suggestion_is_a_working_change(compose):
     assert again["fits"], (overrides, again["peak_gib"])
 
 
+@pytest.mark.parametrize("hw", ["rtx4090", "cpu"])
+def test_suggested_kernel_is_fused_not_liger(compose, hw):
+    """Logits that do not fit: the suggestion is our `fused` kernel (faster than Liger's bf16-softmax loss,
+    experiments/kernels), on GPU and CPU profiles alike; the change alone makes the plan fit."""
+    base = ("model=llama3_2_1b", f"hw={hw}", "kernels=eager", "algo.max_completion_length=2048", "hw.device_gib=24")
+    s = _summary(compose, *base)
+    assert not s["fits"] and s["suggestion"].startswith("try: kernels=fused ") and "liger" not in s["suggestion"]
+    overrides = s["suggestion"].removeprefix("try: ").split(" (peak")[0].split()
+    assert _summary(compose, *base, *overrides)["fits"]
+
+
 @pytest.mark.parametrize("model", MODELS)
 def test_every_model_plans_offline(compose, model):
     s = _summary(compose, f"model={model}")

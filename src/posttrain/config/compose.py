@@ -9,6 +9,7 @@ from hydra.errors import HydraException
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
+from posttrain.config.auto_hw import resolve_auto_hw
 from posttrain.config.precision import resolve_precision
 from posttrain.config.registry import register
 from posttrain.config.validate import ConfigError, validate
@@ -45,6 +46,7 @@ def load_config(overrides: Sequence[str] = (), validate_rules: bool = True, hf_n
             cfg = compose(config_name="config", overrides=list(overrides))
     except (HydraException, OmegaConfBaseException) as ex:
         raise ConfigError(_one_line(ex)) from None
+    resolve_auto_hw(cfg)  # hw=auto: this machine's profile, as `posttrain.run.run` resolves it
     resolve_precision(cfg)  # hw.precision=auto: the value for this machine, as `apply_profile` sets it
     if validate_rules:
         validate(cfg, hf_names=hf_names)

