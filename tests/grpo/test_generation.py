@@ -47,3 +47,24 @@ def test_vllm_generation_is_wired_through_trl(tmp_path):  # pragma: no cover - r
     cfg = load_config(["algo.generation.backend=vllm", "algo.generation.vllm_mode=colocate"])
     args = grpo_args(cfg, tmp_path)
     assert args.use_vllm and args.vllm_mode == "colocate"
+
+
+def test_vllm_is_pinned_inside_trls_supported_range():
+    """`pip install -e '.[gpu]'` must give a vLLM that TRL 1.16 accepts (it refuses others at import)."""
+    import inspect
+    import re
+    import tomllib
+
+    from packaging.version import Version
+    from trl import import_utils
+
+    from tests.conftest import ROOT
+
+    extra = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]["gpu"]
+    pin = next(r for r in extra if r.startswith("vllm"))
+    assert re.fullmatch(r"vllm==[0-9.]+", pin), pin
+    low, high = re.search(
+        r'Version\("([0-9.]+)"\) <= _vllm_base_version <= Version\("([0-9.]+)"\)',
+        inspect.getsource(import_utils.is_vllm_available),
+    ).groups()
+    assert Version(low) <= Version(pin.split("==")[1]) <= Version(high)
