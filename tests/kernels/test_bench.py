@@ -46,3 +46,45 @@ def test_fused_variants_switch_the_fused_module():
     for switches in FUSED_VARIANTS.values():
         for name, value in switches.items():
             assert hasattr(fused, name) and type(getattr(fused, name)) is type(value) and getattr(fused, name) != value
+
+
+def test_bench_device_flag_and_a_tiny_cpu_run():
+    """`--help` lists `--device` (and `--tf32`, `--repeats`); `--device cpu` prints one JSON line per backend with the
+    ratio to the two-GEMM anchor run in the same invocation."""
+    proc = _bench("grpo_loss", "--help", timeout=120)
+    assert proc.returncode == 0 and all(f in proc.stdout for f in ("--device", "--tf32", "--repeats"))
+    proc = _bench(
+        "grpo_loss", "--shape", "64,16,512", "--backends", "fused", "--rounds", "1", "--device", "cpu", "--threads", "1"
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    recs = {r["backend"]: r for r in map(json.loads, proc.stdout.strip().splitlines())}
+    assert set(recs) == {"two_gemm", "fused"}
+    assert all(r["device"] == "cpu" and r["tf32"] is None and r["seconds"] >= 0 for r in recs.values())
+    assert recs["two_gemm"]["ratio_vs_two_gemm"] == 1.0
+    assert isinstance(recs["fused"]["ratio_vs_two_gemm"], float) and recs["fused"]["ratio_vs_two_gemm"] > 0
+    assert "median_seconds" not in recs["fused"]  # a CUDA-only field
+
+
+def test_bench_cuda_without_a_gpu_is_one_usage_error():
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("a CUDA device is present")
+    proc = _bench("grpo_loss", "--shape", "8,8,64", "--device", "cuda", timeout=120)
+    assert proc.returncode == 2 and "--device cuda" in proc.stderr and not proc.stdout
+
+
+def test_cuda_rounds_report_min_and_median_of_all_repeats():
+    """How `--device cuda` combines its processes' CUDA-event timings (the GPU itself is not needed for this part)."""
+    from posttrain.bench.grpo_loss import _best_of
+
+    runs = [
+        {"seconds": 0.0071, "samples": [0.0075, 0.0071, 0.0090], "peak_mib": 300.0, "max_allocated_mib": 9000.0},
+        {"seconds": 0.0069, "samples": [0.0069, 0.0072, 0.0073], "peak_mib": 310.0, "max_allocated_mib": 9010.0},
+    ]
+    for r in runs:
+        r["loadavg"] = 0.5
+    best = _best_of(runs, 6)
+    assert best["seconds"] == 0.0069 and best["times"] == [0.0071, 0.0069]
+    assert best["median_seconds"] == 0.00725 and best["peak_mib"] == 310.0 and best["max_allocated_mib"] == 9010.0
+    assert "median_seconds" not in _best_of([{"seconds": 1.0, "peak_mib": 1.0, "loadavg": 0.0}], 3)

@@ -1,13 +1,23 @@
 """Policy-loss benchmark: forward + backward w.r.t. hidden states, each backend in its own process.
 
     python -m posttrain.bench grpo_loss --shape 2048,2880,201088 [--backends eager,chunked,liger,fused]
-        [--dtype fp32|bf16] [--rounds 2] [--seq-len 256] [--threads N]
+        [--dtype fp32|bf16] [--rounds 2] [--seq-len 256] [--threads N] [--device cpu|cuda] [--tf32|--no-tf32]
+        [--repeats 5]
 
 Shape is tokens N, hidden H, vocab V (N = B * seq_len sequences, all tokens unmasked). The loss is
 GRPO with off-policy old log-probs and a k3 KL to reference log-probs (beta 0.04); the LM head weight is
 frozen (no weight gradient), as in LoRA or frozen-head training. Anchor `two_gemm`: `Z = h @ W.T` then
 `Z @ W` in the input dtype (with `--dtype bf16`: two bf16 GEMMs, bf16 logits, what plain bf16 matmuls
 cost), the arithmetic any exact method has to do, timed the same way.
+
+`--device cuda` builds the inputs on the GPU and times there: per (backend, round) process one full-size
+warm-up step, then `--repeats` steps, each between two CUDA events; `seconds` is the minimum over all of them,
+`median_seconds` their median. `peak_mib` is `torch.cuda.max_memory_allocated()` growth over what is allocated
+after the warm-up (the inputs; the peak statistics are reset there), `max_allocated_mib` the absolute peak.
+TF32 (`--tf32`, the default on CUDA, as the GPU profiles' `tf32: true` sets it: `torch.set_float32_matmul_precision
+("high")`; `--no-tf32`: "highest") applies to fp32 GEMMs. Without `--backends` every backend available on the
+device runs (on CUDA: eager, chunked, liger, fused, triton). The default `--device cpu` is the CPU benchmark
+described below, unchanged (TF32 untouched unless asked).
 
 `fused@VARIANT` runs `fused` with module switches of `posttrain.kernels.fused` (FUSED_VARIANTS), so
 the alternatives are timed in the same invocation: `fused@tiles` (the torch tile loop instead of ATen's
@@ -28,6 +38,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import statistics
 import subprocess
 import sys
 import threading
@@ -73,21 +84,22 @@ class _PeakRSS:
         return (peak - self.base) / 1024.0
 
 
-def _inputs(N, H, V, dtype, seq_len, seed=0):
+def _inputs(N, H, V, dtype, seq_len, seed=0, device="cpu"):
     import torch
 
-    g = torch.Generator().manual_seed(seed)
+    g = torch.Generator(device=device).manual_seed(seed)
+    kw = dict(generator=g, device=device)
     T = min(seq_len, N)
     B = N // T
-    hidden = (torch.randn(B, T, H, generator=g) * 0.5).to(dtype).requires_grad_()
-    weight = torch.empty(V, H, dtype=dtype)
+    hidden = (torch.randn(B, T, H, **kw) * 0.5).to(dtype).requires_grad_()
+    weight = torch.empty(V, H, dtype=dtype, device=device)
     for v0 in range(0, V, 16384):  # fill in slices: no [V, H] fp32 temporary for bf16
-        weight[v0 : v0 + 16384] = torch.randn(min(16384, V - v0), H, generator=g) * (H**-0.5)
-    ids = torch.randint(0, V, (B, T), generator=g)
-    mask = torch.ones(B, T, dtype=torch.long)
-    adv = torch.randn(B, generator=g)
-    old = -torch.rand(B, T, generator=g) * 10 - 5
-    ref = old + 0.1 * torch.randn(B, T, generator=g)
+        weight[v0 : v0 + 16384] = torch.randn(min(16384, V - v0), H, **kw) * (H**-0.5)
+    ids = torch.randint(0, V, (B, T), **kw)
+    mask = torch.ones(B, T, dtype=torch.long, device=device)
+    adv = torch.randn(B, **kw)
+    old = -torch.rand(B, T, **kw) * 10 - 5
+    ref = old + 0.1 * torch.randn(B, T, **kw)
     return hidden, weight, ids, mask, adv, old, ref
 
 
@@ -108,11 +120,41 @@ def _step(backend, hidden, weight, ids, mask, adv, old, ref):
     return loss
 
 
+def _time_cuda(backend: str, inputs: tuple, repeats: int) -> dict:
+    """One full-size warm-up step, then `repeats` steps timed with CUDA events; peak memory over the inputs."""
+    import torch
+
+    hidden = inputs[0]
+    _step(backend, *inputs)  # Triton compilation, cuBLAS heuristics, allocator
+    hidden.grad = None
+    torch.cuda.synchronize()
+    base = torch.cuda.memory_allocated()
+    torch.cuda.reset_peak_memory_stats()
+    times = []
+    for _ in range(repeats):
+        hidden.grad = None
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        _step(backend, *inputs)
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end) / 1000.0)
+    peak = torch.cuda.max_memory_allocated()
+    return {
+        "seconds": min(times),
+        "samples": times,
+        "peak_mib": (peak - base) / 2**20,
+        "max_allocated_mib": peak / 2**20,
+    }
+
+
 def worker(args) -> dict:
     import torch
 
     if args.threads:
         torch.set_num_threads(args.threads)
+    if args.tf32 is not None:  # as posttrain.hardware.profile applies a profile's `tf32: true`
+        torch.set_float32_matmul_precision("high" if args.tf32 else "highest")
     backend, _, variant = args.backend.partition("@")
     if variant:
         from posttrain.kernels import fused
@@ -121,7 +163,9 @@ def worker(args) -> dict:
             setattr(fused, name, value)
     N, H, V = args.shape
     dtype = {"fp32": torch.float32, "bf16": torch.bfloat16}[args.dtype]
-    inputs = _inputs(N, H, V, dtype, args.seq_len)
+    inputs = _inputs(N, H, V, dtype, args.seq_len, device=args.device)
+    if args.device == "cuda":
+        return {"backend": args.backend, **_time_cuda(backend, inputs, args.repeats), "loadavg": os.getloadavg()[0]}
     hidden, weight, ids, mask, adv, old, ref = inputs
     t = min(16, ids.shape[1])
     _step(
@@ -163,12 +207,33 @@ def _run_worker(backend: str, args) -> dict:
         str(args.seq_len),
         "--threads",
         str(args.threads),
+        "--device",
+        args.device,
+        "--repeats",
+        str(args.repeats),
     ]
+    if args.tf32 is not None:
+        cmd.append("--tf32" if args.tf32 else "--no-tf32")
     proc = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, "PYTHONUNBUFFERED": "1"})
     lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("{")]
     if proc.returncode != 0 or not lines:
         return {"backend": backend, "error": (proc.stderr or proc.stdout).strip().splitlines()[-1:]}
     return json.loads(lines[-1])
+
+
+def _best_of(runs: list[dict], digits: int) -> dict:
+    """One backend's rounds: min seconds, seconds per round, max peak memory, load averages (CUDA: median of all
+    timed repeats and the absolute peak too)."""
+    out = {
+        "seconds": min(r["seconds"] for r in runs),
+        "times": [round(r["seconds"], digits) for r in runs],
+        "peak_mib": round(max(r["peak_mib"] for r in runs), 1),
+        "loadavg": [round(r["loadavg"], 2) for r in runs],
+    }
+    if all("samples" in r for r in runs):
+        out["median_seconds"] = round(statistics.median(t for r in runs for t in r["samples"]), digits)
+        out["max_allocated_mib"] = round(max(r["max_allocated_mib"] for r in runs), 1)
+    return out
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -188,19 +253,32 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--rounds", type=int, default=2)
     p.add_argument("--seq-len", type=int, default=256)
     p.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
+    p.add_argument("--device", default="cpu", choices=("cpu", "cuda"), help="where inputs live and time is taken")
+    p.add_argument(
+        "--tf32",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="TF32 for fp32 GEMMs (default: on with --device cuda, as the GPU profiles; untouched on cpu)",
+    )
+    p.add_argument("--repeats", type=int, default=5, help="timed steps per process after a warm-up (cuda only)")
     p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--backend", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
+    if args.device == "cuda" and args.tf32 is None:
+        args.tf32 = True
     if args.worker:
         print(json.dumps(worker(args)), flush=True)
         return 0
 
-    if args.backends is None:
+    if args.device == "cuda":
         import torch
 
+        if not torch.cuda.is_available():
+            p.error("--device cuda: torch sees no CUDA device here")
+    if args.backends is None:
         from posttrain.kernels.registry import native_backends
 
-        args.backends = ",".join(native_backends("cuda" if torch.cuda.is_available() else "cpu"))
+        args.backends = ",".join(native_backends(args.device))
     names = ["two_gemm"] + [b for b in args.backends.split(",") if b]
     bad = [b for b in names if "@" in b and b.removeprefix("fused@") not in FUSED_VARIANTS]
     if bad:
@@ -210,19 +288,11 @@ def main(argv: list[str] | None = None) -> int:
         for b in names:
             runs[b].append(_run_worker(b, args))
             print(json.dumps({"progress": runs[b][-1]}), file=sys.stderr, flush=True)
+    digits = 6 if args.device == "cuda" else 3  # milliseconds on a GPU
     best = {}
     for b in names:
         ok = [r for r in runs[b] if "error" not in r]
-        best[b] = (
-            None
-            if not ok
-            else {
-                "seconds": min(r["seconds"] for r in ok),
-                "times": [round(r["seconds"], 3) for r in ok],
-                "peak_mib": max(r["peak_mib"] for r in ok),
-                "loadavg": [round(r["loadavg"], 2) for r in ok],
-            }
-        )
+        best[b] = None if not ok else _best_of(ok, digits)
     anchor, eager = best.get("two_gemm"), best.get("eager")
     failed = False
     for b in names:
@@ -232,18 +302,15 @@ def main(argv: list[str] | None = None) -> int:
             "shape": list(args.shape),
             "dtype": args.dtype,
             "threads": args.threads or None,
+            "device": args.device,
+            "tf32": args.tf32,
         }
         entry = best[b]
         if entry is None:
             failed = True
             rec["error"] = runs[b][-1].get("error")
         else:
-            rec.update(
-                seconds=round(entry["seconds"], 3),
-                times=entry["times"],
-                peak_mib=round(entry["peak_mib"], 1),
-                loadavg=entry["loadavg"],
-            )
+            rec.update(seconds=round(entry["seconds"], digits), **{k: v for k, v in entry.items() if k != "seconds"})
             if eager:
                 rec["ratio_vs_eager"] = round(entry["seconds"] / eager["seconds"], 3)
                 rec["mem_ratio_vs_eager"] = round(entry["peak_mib"] / max(eager["peak_mib"], 1e-9), 4)

@@ -12,7 +12,7 @@ storage: no GEMM, no recomputation. When the LM head weight needs a gradient, th
 tile once for `dW = G^T h` (G = g (onehot - p) / T): four GEMMs in all, like any method that keeps no
 logits.
 
-Two implementations of the forward:
+Three implementations of the forward:
 
 - CPU, fp32/bf16 (`CPU_FLASH`): it *is* attention with queries = hidden, keys = values = W, so it runs
   ATen's CPU flash-attention kernel (`aten::_scaled_dot_product_flash_attention_for_cpu`, scale 1/T), which
@@ -24,7 +24,10 @@ Two implementations of the forward:
   the softmax and the log-sum-exp stay fp32, only `e` (gradient only) comes back rounded to bf16. There the
   kernel packs a copy of keys and values, so the vocabulary goes in chunks (a 64 MiB copy at most, chunks
   merged by their log-sum-exp); fp32 makes one call. The target logit is a separate N x H dot product.
-- Everywhere else (fp64, other devices, and the Triton fold's host loop): the torch tile loop, tiles of
+- CUDA, fp32/bf16/fp16: `posttrain.kernels.fused_device` (the `triton` backend's code): tiles of thousands of
+  tokens x tens of thousands of vocabulary rows, bf16 tensor-core GEMMs with fp32 output, one Triton kernel per
+  tile for the max/exp/sum fold, no host synchronisation. The CPU tile sizes below never reach the GPU.
+- Everywhere else (fp64, other devices): the torch tile loop, tiles of
   TOKEN_BLOCK x VOCAB_BLOCK accumulated in fp32 (bf16 inputs upcast one vocabulary block at a time), with a
   lazy maximum: each row keeps a reference `m` (the first tile's row maximum) and tiles are exponentiated
   as `exp(Z - m)` without a per-tile max pass; a tile whose row sum leaves [0, 2^100) is recomputed exactly
@@ -33,8 +36,6 @@ Two implementations of the forward:
 """
 
 from __future__ import annotations
-
-from collections.abc import Callable
 
 import torch
 
@@ -74,11 +75,16 @@ def _fold_tile(
     return True
 
 
-def _use_flash(hidden: torch.Tensor, weight: torch.Tensor, fold: Callable | None) -> bool:
+def _on_device_path(hidden: torch.Tensor, weight: torch.Tensor) -> bool:
+    from .fused_device import DTYPES
+
+    return hidden.is_cuda and hidden.dtype in DTYPES and weight.dtype in DTYPES
+
+
+def _use_flash(hidden: torch.Tensor, weight: torch.Tensor) -> bool:
     ok = (torch.float32, torch.bfloat16)
     return (
         CPU_FLASH
-        and fold is None
         and _flash is not None
         and hidden.device.type == "cpu"
         and hidden.dtype in ok
@@ -132,8 +138,8 @@ def _target_logits(hidden: torch.Tensor, weight: torch.Tensor, targets: torch.Te
     return z.mul_(inv_t)
 
 
-def _tile_forward(hidden, weight, targets, temperature, token_block, vocab_block, fold):
-    """(logp, lse, e) by the torch tile loop (lazy maximum; `fold`: a device kernel folds each tile)."""
+def _tile_forward(hidden, weight, targets, temperature, token_block, vocab_block):
+    """(logp, lse, e) by the torch tile loop (lazy maximum)."""
     N, H = hidden.shape
     V = weight.shape[0]
     acc_dtype = torch.promote_types(hidden.dtype, torch.float32)
@@ -153,10 +159,6 @@ def _tile_forward(hidden, weight, targets, temperature, token_block, vocab_block
             t1 = min(t0 + token_block, N)
             Z = buf[: (t1 - t0) * (v1 - v0)].view(t1 - t0, v1 - v0)
             torch.mm(hs[t0:t1], w_blk.t(), out=Z)
-            if fold is not None:  # a device kernel folds the tile (triton_fold.fold_tile)
-                scale = fold(Z, targets[t0:t1], v0, m[t0:t1], s[t0:t1], tgt[t0:t1])
-                e[t0:t1].mul_(scale.unsqueeze(1)).addmm_(Z, w_blk)
-                continue
             loc = targets[t0:t1] - v0
             inside = (loc >= 0) & (loc < v1 - v0)
             z_y = Z.gather(1, loc.clamp(0, v1 - v0 - 1).unsqueeze(1)).squeeze(1)
@@ -182,13 +184,12 @@ class FusedLinearLogProb(torch.autograd.Function):
         temperature: float,
         token_block: int,
         vocab_block: int,
-        fold: Callable | None = None,
     ):
-        if _use_flash(hidden, weight, fold):
+        if _use_flash(hidden, weight):
             lse, e = _flash_forward(hidden, weight, 1.0 / temperature)
             logp = _target_logits(hidden, weight, targets, 1.0 / temperature) - lse
         else:
-            logp, lse, e = _tile_forward(hidden, weight, targets, temperature, token_block, vocab_block, fold)
+            logp, lse, e = _tile_forward(hidden, weight, targets, temperature, token_block, vocab_block)
         entropy = lse - torch.linalg.vecdot(hidden.to(e.dtype), e) / temperature
         ctx.mark_non_differentiable(entropy)
         ctx.save_for_backward(hidden, weight, targets, lse, e)
@@ -224,7 +225,7 @@ class FusedLinearLogProb(torch.autograd.Function):
                     w_y = weight.index_select(0, targets[t0:t1]).to(e.dtype)
                     blk.sub_(w_y).mul_((-inv_t * g[t0:t1]).unsqueeze(1))
                 grad_h = grad_h.to(hidden.dtype)
-        return grad_h, grad_w, None, None, None, None, None
+        return grad_h, grad_w, None, None, None, None
 
 
 def _weight_grad(hs, weight, targets, lse, g, token_block, vocab_block):
@@ -257,10 +258,15 @@ def fused_logps(
     token_block: int | None = None,
     vocab_block: int | None = None,
 ) -> torch.Tensor:
-    """Per-token log-probs [N] (fp32; fp64 for fp64 inputs) through `FusedLinearLogProb`.
+    """Per-token log-probs [N] (fp32; fp64 for fp64 inputs) through `FusedLinearLogProb`, or on CUDA through
+    `fused_device` (whose own tile sizes apply unless given here).
 
-    Tile sizes default to the module's TOKEN_BLOCK x VOCAB_BLOCK (read at call time).
+    CPU tile sizes default to the module's TOKEN_BLOCK x VOCAB_BLOCK (read at call time).
     """
+    if _on_device_path(hidden, weight):
+        from .fused_device import device_logps
+
+        return device_logps(hidden, weight, targets, temperature, token_block, vocab_block)
     blocks = int(token_block or TOKEN_BLOCK), int(vocab_block or VOCAB_BLOCK)
     return FusedLinearLogProb.apply(hidden, weight, targets, float(temperature), *blocks)[0]
 
@@ -269,4 +275,8 @@ def fused_logps_entropy(
     hidden: torch.Tensor, weight: torch.Tensor, targets: torch.Tensor, temperature: float = 1.0
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """`fused_logps` and the per-token entropy of softmax(hidden @ weight.T / T) [N] (detached), one pass."""
+    if _on_device_path(hidden, weight):
+        from .fused_device import device_logps_entropy
+
+        return device_logps_entropy(hidden, weight, targets, temperature)
     return FusedLinearLogProb.apply(hidden, weight, targets, float(temperature), TOKEN_BLOCK, VOCAB_BLOCK)

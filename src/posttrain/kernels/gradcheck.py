@@ -123,9 +123,9 @@ def make_inputs(cfg: dict) -> dict:
 @contextlib.contextmanager
 def _blocks(cfg: dict) -> Iterator[None]:
     """The kernels' tile sizes set to the case's, and restored after (`run` is also called in-process by tests)."""
-    from . import fused, pallas, triton_fold  # none imports triton or jax at module level
+    from . import fused, fused_device, pallas  # none imports triton or jax at module level
 
-    saved = [(m, m.TOKEN_BLOCK, m.VOCAB_BLOCK) for m in (fused, pallas, triton_fold)]
+    saved = [(m, m.TOKEN_BLOCK, m.VOCAB_BLOCK) for m in (fused, fused_device, pallas)]
     flash_chunk = fused.FLASH_CHUNK
     for mod, _, _ in saved:
         mod.TOKEN_BLOCK, mod.VOCAB_BLOCK = cfg["token_block"], cfg["vocab_block"]  # type: ignore[attr-defined]

@@ -1,103 +1,211 @@
-"""`triton` backend: the `fused` algorithm with each logits tile folded by one Triton kernel.
+"""The Triton kernels of the device path of `fused` (`posttrain.kernels.fused_device`): one launch per logits tile.
 
-Per `[tokens, vocab]` tile: the GEMM `Z = h W_blk^T` (cuBLAS), then `_fold_kernel` (one program per
-token row) reads the row once for its maximum and once more to overwrite it with `exp(Z - m)`, summing
-as it goes, and picks up the target logit; then `acc = acc * scale + Z @ W_blk`. The reference maximum
-`m` is lazy: it only moves when a tile's maximum exceeds it by more than 20 (so every stored term is
-at most e^20 and `scale` is 1 for almost all rows). The backward is `fused`'s (elementwise for hidden).
+Both read an fp32 logits tile `Z [n, v] = h_blk W_blk^T` (not yet divided by the temperature T) that a GEMM has
+just written, and write the tile the next GEMM reads:
 
-Runs on CUDA, or on CPU tensors with `TRITON_INTERPRET=1` (set before the first call; the kernel is
-built lazily so the variable is read then). Tests run it that way.
+- `fold_tile` (forward): per row, an exact maximum pass over the tile (which also picks up the target logit,
+  reading only), then one pass that writes `P = exp(Z / T - m_new)` in the GEMM input dtype (bf16 for bf16
+  inputs, as flash-attention rounds P for its PV GEMM) and accumulates in fp32 the running sum `s` (of the
+  unrounded P, for the log-sum-exp), the sum `se` of P as stored (the normaliser of `e = P W / se`: rounding P
+  perturbs the softmax weights of `e` but not their total) and `xs = sum P (Z / T - m)` (the entropy). It also
+  writes the row's rescale factor `exp(m_old - m_new)` for the caller's `e *= scale`.
+- `logits_grad_tile` (weight-gradient backward): `G = g / T * (onehot(y) - exp(Z / T - lse))`, the one-hot term
+  folded in (no scatter, no boolean indexing), written in the GEMM input dtype for `dW += G^T h`.
+
+Block sizes: a program handles ROWS rows with `[ROWS, BLOCK]` loads (4 x 1024 fp32 = 16 KiB, 16 values per
+thread at 8 warps: enough bytes in flight per program for a memory-bound pass, few enough registers for
+several programs per SM). At the device path's tile sizes (1024-4096 tokens per tile) that is 256-1024
+programs, a few per SM on an H100's 132; each loops over the tile's 16-32k columns. Several rows per program
+also amortise the per-row state (max, sums, target). Not tuned on a GPU yet (no GPU was available).
+
+Imports Triton, so `fused_device` imports it only when it first launches a kernel (TRITON_INTERPRET=1, for CPU
+tensors, must be set before Triton's first import).
 """
 
 from __future__ import annotations
 
-import functools
-
 import torch
+import triton
+import triton.language as tl
 
-from posttrain.kernels.fused import FusedLinearLogProb
-
-TOKEN_BLOCK = 256
-VOCAB_BLOCK = 2048
-LAZY_MAX = 20.0
-_BLOCK = 1024
+ROWS = 4
+BLOCK = 1024
+NUM_WARPS = 8
 
 
-@functools.cache
-def _kernel():
-    import triton
-    import triton.language as tl
+@triton.jit
+def _to_output(x, out_ptr):
+    # fp32 -> the output's dtype; bf16 rounded to nearest even by hand: Triton's interpreter truncates (a bias of
+    # 2^-9 in P and G) where a GPU rounds, so this gives the CPU tests the GPU's bits
+    if out_ptr.dtype.element_ty == tl.bfloat16:
+        bits = x.to(tl.uint32, bitcast=True)
+        x = ((bits + 0x7FFF + ((bits >> 16) & 1)) & 0xFFFF0000).to(tl.float32, bitcast=True)
+    return x.to(out_ptr.dtype.element_ty)
 
-    @triton.jit
-    def _fold_kernel(
-        z_ptr,
-        z_stride,
-        targets_ptr,
-        m_ptr,
-        s_ptr,
-        tgt_ptr,
-        scale_ptr,
-        vocab_start,
-        n_cols,
-        lazy_max,
-        BLOCK: tl.constexpr,
-    ):
-        row = tl.program_id(0).to(tl.int64)
-        row_ptr = z_ptr + row * z_stride
-        m_old = tl.load(m_ptr + row)
-        local = tl.load(targets_ptr + row) - vocab_start
-        if (local >= 0) & (local < n_cols):
-            tl.store(tgt_ptr + row, tl.load(row_ptr + local))
-        tile_max = float("-inf")
-        for start in range(0, n_cols, BLOCK):
-            offs = start + tl.arange(0, BLOCK)
-            z = tl.load(row_ptr + offs, mask=offs < n_cols, other=float("-inf"))
-            tile_max = tl.maximum(tile_max, tl.max(z, axis=0))
-        new_m = tl.where(tile_max > m_old + lazy_max, tile_max, m_old)
-        scale = tl.exp(m_old - new_m)
-        total = 0.0
-        for start in range(0, n_cols, BLOCK):
-            offs = start + tl.arange(0, BLOCK)
-            inside = offs < n_cols
-            z = tl.load(row_ptr + offs, mask=inside, other=float("-inf"))
-            p = tl.where(inside, tl.exp(z - new_m), 0.0)
-            total += tl.sum(p, axis=0)
-            tl.store(row_ptr + offs, p, mask=inside)
-        tl.store(s_ptr + row, tl.load(s_ptr + row) * scale + total)
-        tl.store(m_ptr + row, new_m)
-        tl.store(scale_ptr + row, scale)
 
-    return _fold_kernel
+@triton.jit
+def _fold_kernel(
+    z_ptr,
+    z_stride,
+    p_ptr,
+    p_stride,
+    targets_ptr,
+    m_ptr,
+    s_ptr,
+    se_ptr,
+    xs_ptr,
+    tgt_ptr,
+    scale_ptr,
+    n_rows,
+    n_cols,
+    vocab_start,
+    inv_t,
+    ROWS: tl.constexpr,
+    BLOCK: tl.constexpr,
+):
+    rows = tl.program_id(0).to(tl.int64) * ROWS + tl.arange(0, ROWS)
+    row_ok = rows < n_rows
+    z_rows = z_ptr + rows[:, None] * z_stride
+    p_rows = p_ptr + rows[:, None] * p_stride
+    local = tl.load(targets_ptr + rows, mask=row_ok, other=-1) - vocab_start
+    # pass 1 reads only (P may be written over Z): the row max and the target logit, from the same loads
+    tile_max = tl.full((ROWS,), float("-inf"), tl.float32)
+    z_y = tl.zeros((ROWS,), tl.float32)
+    for start in range(0, n_cols, BLOCK):
+        cols = start + tl.arange(0, BLOCK)
+        ok = row_ok[:, None] & (cols[None, :] < n_cols)
+        z = tl.load(z_rows + cols[None, :], mask=ok, other=float("-inf"))
+        tile_max = tl.maximum(tile_max, tl.max(z, axis=1))
+        z_y += tl.sum(tl.where(ok & (cols[None, :] == local[:, None]), z, 0.0), axis=1)
+    hit = row_ok & (local >= 0) & (local < n_cols)
+    tgt = tl.load(tgt_ptr + rows, mask=row_ok, other=0.0)
+    tl.store(tgt_ptr + rows, tl.where(hit, z_y * inv_t, tgt), mask=row_ok)
+    m_old = tl.load(m_ptr + rows, mask=row_ok, other=0.0)  # -inf before a row's first tile
+    m_new = tl.maximum(m_old, tile_max * inv_t)  # T > 0: the max commutes with the scaling
+
+    total = tl.zeros((ROWS,), tl.float32)
+    total_stored = tl.zeros((ROWS,), tl.float32)
+    xs_tile = tl.zeros((ROWS,), tl.float32)
+    for start in range(0, n_cols, BLOCK):
+        cols = start + tl.arange(0, BLOCK)
+        ok = row_ok[:, None] & (cols[None, :] < n_cols)
+        z = tl.load(z_rows + cols[None, :], mask=ok, other=0.0)
+        d = tl.where(ok, z * inv_t - m_new[:, None], 0.0)
+        p = tl.where(ok, tl.exp(d), 0.0)
+        p_out = _to_output(p, p_ptr)
+        total += tl.sum(p, axis=1)
+        total_stored += tl.sum(p_out.to(tl.float32), axis=1)
+        xs_tile += tl.sum(p * d, axis=1)
+        tl.store(p_rows + cols[None, :], p_out, mask=ok)
+
+    scale = tl.exp(m_old - m_new)  # 0 on a row's first tile
+    s_old = tl.load(s_ptr + rows, mask=row_ok, other=0.0)
+    se_old = tl.load(se_ptr + rows, mask=row_ok, other=0.0)
+    xs_old = tl.load(xs_ptr + rows, mask=row_ok, other=0.0)
+    shift = tl.where(s_old > 0.0, m_old - m_new, 0.0)  # xs is relative to m: re-base it to m_new
+    tl.store(s_ptr + rows, s_old * scale + total, mask=row_ok)
+    tl.store(se_ptr + rows, se_old * scale + total_stored, mask=row_ok)
+    tl.store(xs_ptr + rows, (xs_old + shift * s_old) * scale + xs_tile, mask=row_ok)
+    tl.store(m_ptr + rows, m_new, mask=row_ok)
+    tl.store(scale_ptr + rows, scale, mask=row_ok)
+
+
+@triton.jit
+def _logits_grad_kernel(
+    z_ptr,
+    z_stride,
+    g_ptr,
+    g_stride,
+    targets_ptr,
+    lse_ptr,
+    coef_ptr,
+    n_rows,
+    n_cols,
+    vocab_start,
+    inv_t,
+    ROWS: tl.constexpr,
+    BLOCK: tl.constexpr,
+):
+    rows = tl.program_id(0).to(tl.int64) * ROWS + tl.arange(0, ROWS)
+    row_ok = rows < n_rows
+    local = tl.load(targets_ptr + rows, mask=row_ok, other=-1) - vocab_start
+    lse = tl.load(lse_ptr + rows, mask=row_ok, other=0.0)
+    coef = tl.load(coef_ptr + rows, mask=row_ok, other=0.0)
+    for start in range(0, n_cols, BLOCK):
+        cols = start + tl.arange(0, BLOCK)
+        ok = row_ok[:, None] & (cols[None, :] < n_cols)
+        z = tl.load(z_ptr + rows[:, None] * z_stride + cols[None, :], mask=ok, other=0.0)
+        p = tl.exp(z * inv_t - lse[:, None])
+        onehot = tl.where(cols[None, :] == local[:, None], 1.0, 0.0)
+        out = coef[:, None] * (onehot - p)
+        tl.store(g_ptr + rows[:, None] * g_stride + cols[None, :], _to_output(out, g_ptr), mask=ok)
+
+
+def _grid(n: int) -> tuple[int]:
+    return (-(-n // ROWS),)
 
 
 def fold_tile(
-    Z: torch.Tensor, targets: torch.Tensor, vocab_start: int, m: torch.Tensor, s: torch.Tensor, tgt: torch.Tensor
-) -> torch.Tensor:
-    """Overwrite Z [n, v] (fp32, unit column stride) with exp(Z - m_new); update m, s, tgt [n]; return scale [n]."""
-    n, v = Z.shape
-    scale = torch.empty_like(s)
-    _kernel()[(n,)](Z, Z.stride(0), targets, m, s, tgt, scale, vocab_start, v, LAZY_MAX, BLOCK=_BLOCK)
-    return scale
-
-
-def triton_logps(
-    hidden: torch.Tensor,
-    weight: torch.Tensor,
+    Z: torch.Tensor,
+    P: torch.Tensor,
     targets: torch.Tensor,
-    temperature: float = 1.0,
-    token_block: int | None = None,
-    vocab_block: int | None = None,
-) -> torch.Tensor:
-    """Per-token log-probs [N] (fp32) through `FusedLinearLogProb` with the Triton tile fold."""
-    if hidden.dtype == torch.float64:
-        raise NotImplementedError("backend='triton' computes in fp32; fp64 inputs are not supported")
-    return FusedLinearLogProb.apply(
-        hidden,
-        weight,
-        targets.contiguous(),
-        float(temperature),
-        int(token_block or TOKEN_BLOCK),
-        int(vocab_block or VOCAB_BLOCK),
-        fold_tile,
-    )[0]
+    vocab_start: int,
+    inv_t: float,
+    state: torch.Tensor,
+) -> None:
+    """Fold logits tile Z [n, v] (fp32, unit column stride) into the running row state and write P [n, v].
+
+    `state` [6, n] fp32 holds per row: running max m (of z / T), sum s, stored-P sum se, entropy sum xs, target
+    logit, and (output) the rescale factor for this tile; all but the last are updated in place. P may be Z.
+    """
+    n, v = Z.shape
+    m, s, se, xs, tgt, scale = state
+    _fold_kernel[_grid(n)](
+        Z,
+        Z.stride(0),
+        P,
+        P.stride(0),
+        targets,
+        m,
+        s,
+        se,
+        xs,
+        tgt,
+        scale,
+        n,
+        v,
+        vocab_start,
+        inv_t,
+        ROWS=ROWS,
+        BLOCK=BLOCK,
+        num_warps=NUM_WARPS,
+    )
+
+
+def logits_grad_tile(
+    Z: torch.Tensor,
+    G: torch.Tensor,
+    targets: torch.Tensor,
+    vocab_start: int,
+    inv_t: float,
+    lse: torch.Tensor,
+    coef: torch.Tensor,
+) -> None:
+    """G [n, v] = coef * (onehot(targets - vocab_start) - exp(Z / T - lse)) from logits tile Z (G may be Z)."""
+    n, v = Z.shape
+    _logits_grad_kernel[_grid(n)](
+        Z,
+        Z.stride(0),
+        G,
+        G.stride(0),
+        targets,
+        lse,
+        coef,
+        n,
+        v,
+        vocab_start,
+        inv_t,
+        ROWS=ROWS,
+        BLOCK=BLOCK,
+        num_warps=NUM_WARPS,
+    )
