@@ -127,6 +127,8 @@ def worker(args: argparse.Namespace) -> dict[str, Any]:
         timer = StepTimer.attach(trainer)
         with contextlib.suppress(OSError):  # peak RSS of training: reset the high-water mark once the model is built
             Path("/proc/self/clear_refs").write_text("5")
+        if torch.cuda.is_available():
+            torch.cuda.reset_peak_memory_stats()
         start = time.perf_counter()
         trainer.train()
         train_s = time.perf_counter() - start
@@ -144,6 +146,7 @@ def worker(args: argparse.Namespace) -> dict[str, Any]:
         "split_s": {p: mean[p] for p in PHASES},
         "gen_tokens_per_s": sum(s["completion_tokens"] for s in steps) / gen_s if gen_s else None,
         "peak_rss_mib": _vm_kib("VmHWM") / 1024,
+        "peak_cuda_gib": torch.cuda.max_memory_allocated() / 2**30 if torch.cuda.is_available() else None,
         "steps": steps,
         "train_s": train_s,
         "rewards": rewards,
@@ -200,6 +203,7 @@ def summarize(runs: dict[str, list[dict[str, Any]]], config: dict[str, Any]) -> 
             split_s={k: round(v, 3) for k, v in b["split_s"].items()},
             gen_tokens_per_s=round(b["gen_tokens_per_s"], 1) if b["gen_tokens_per_s"] else None,
             peak_rss_mib=round(max(r["peak_rss_mib"] for r in ok), 1),
+            peak_cuda_gib=max((r["peak_cuda_gib"] for r in ok if r.get("peak_cuda_gib") is not None), default=None),
             knobs=b["knobs"],
             rewards=[r["rewards"] for r in ok],
             loadavg=[r["loadavg"] for r in ok],
