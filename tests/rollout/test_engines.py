@@ -36,13 +36,14 @@ def _config(tok, **kw) -> GenerationConfig:
 
 
 def _engine(model, tok, config, **kw) -> RolloutEngine:
-    return RolloutEngine(model, config, pad_token_id=tok.pad_token_id, eos_token_ids=[tok.eos_token_id], **kw)
+    kw.setdefault("eos_token_ids", [tok.eos_token_id])
+    return RolloutEngine(model, config, pad_token_id=tok.pad_token_id, **kw)
 
 
-def _static(model, tok, config, compile_backend: str | None = None) -> RolloutEngine:
+def _static(model, tok, config, compile_backend: str | None = None, **kw) -> RolloutEngine:
     copy = RolloutCopy(model, dtype=torch.float32)
     gen = static_generation_config(config, compile_backend is not None, "cpu", compile_backend or "inductor")
-    return _engine(None, tok, gen, rollout_copy=copy, static_cache_len=64, name="static")
+    return _engine(None, tok, gen, rollout_copy=copy, static_cache_len=64, name="static", **kw)
 
 
 def test_left_pad_and_first_eos_cut():
@@ -108,3 +109,20 @@ def test_copy_sync_is_timed_and_follows_the_policy():
     seconds = engine.sync(model)
     assert 0.0 < seconds < 5.0
     assert engine.generate(prompts) == _engine(model, tok, _config(tok)).generate(prompts) != before
+
+
+def test_sampler_logprobs_are_the_models_tempered_logprobs_of_the_sampled_tokens(tiny):
+    """What the trainer compares with the learner: log softmax(logits / T) at each sampled token, as a teacher-forced
+    forward of the same weights computes it (fp32 copy: equal to rounding; top-p does not enter)."""
+    name, model, tok, prompts = tiny
+    stop = model.config.vocab_size - 1  # a stop token the random model does not favour (its EOS it does)
+    config = _config(tok, do_sample=True, temperature=0.7, top_p=0.9, min_new_tokens=0, eos_token_id=[stop])
+    torch.manual_seed(5)
+    ids, logps = _static(model, tok, config, eos_token_ids=[stop]).generate_with_logprobs(prompts)
+    assert [len(r) for r in logps] == [len(c) for c in ids] and any(len(c) > 1 for c in ids)
+    for prompt, completion, got in zip(prompts, ids, logps):
+        seq = torch.tensor([prompt + completion])
+        with torch.no_grad():
+            logits = model(input_ids=seq).logits[0, len(prompt) - 1 : -1].float() / 0.7
+        expected = torch.log_softmax(logits, -1).gather(1, torch.tensor(completion)[:, None]).squeeze(1)
+        torch.testing.assert_close(torch.tensor(got), expected, atol=2e-5, rtol=1e-5)

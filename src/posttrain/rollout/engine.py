@@ -2,6 +2,7 @@
 
     engine = RolloutEngine(model, generation_config, pad_token_id=..., eos_token_ids=[...])
     completion_ids = engine.generate(prompt_ids)     # list of token lists, each up to and including its first EOS
+    completion_ids, logps = engine.generate_with_logprobs(prompt_ids)   # + the sampler's log-prob of each token
     seconds = engine.sync(policy)                    # a merged copy follows the policy (0.0 without a copy)
 
 `generate` does what TRL's GRPOTrainer does on its transformers path (left padding, `model.generate` with the
@@ -13,6 +14,11 @@ need), and `static_generation_config` turns on transformers' own compilation of 
 the forward; CUDA graphs with `mode="reduce-overhead"` on CUDA). The prefill runs uncompiled (its shape follows the
 prompt length); every decode step has one shape (batch x 1 token against `static_cache_len` cached positions), so it
 compiles once per batch size.
+
+The sampler's log-probabilities (`generate_with_logprobs`, what the trainer compares with the learner's to measure
+and correct the sampler/learner mismatch) are recorded during decoding by `SamplerLogprobs`: log softmax(logits / T)
+of each sampled token, the distribution the learner scores (temperature only; top-p/top-k truncation is not in it,
+as it is not in the learner's log-probs).
 
 Sliding-window layers (GPT-OSS) get full-length cache layers too: transformers' sliding static layer tracks its
 fill level in a Python int, which `torch.compile` specialises on, recompiling at every decode step. The window is
@@ -28,7 +34,7 @@ from collections.abc import Sequence
 from typing import Any
 
 import torch
-from transformers import GenerationConfig, StaticCache
+from transformers import GenerationConfig, LogitsProcessor, LogitsProcessorList, StaticCache
 from transformers.generation import CompileConfig
 
 from posttrain.rollout.merged_copy import RolloutCopy
@@ -89,6 +95,33 @@ def until_first_eos(completions: torch.Tensor, eos_token_ids: Sequence[int]) -> 
     return [row[:n] for row, n in zip(rows, lengths)]
 
 
+class SamplerLogprobs(LogitsProcessor):
+    """Records log softmax(logits / temperature) of every token `generate` samples, one [B, V] step at a time.
+
+    transformers runs custom processors before its warpers, so the scores seen here are the model's logits (after
+    the generation config's own processors such as `min_new_tokens`); a step's token is only known at the next
+    step (the last column of `input_ids`) or, for the last step, from the output (`finish`).
+    """
+
+    def __init__(self, temperature: float):
+        self.temperature = temperature
+        self.pending: torch.Tensor | None = None
+        self.steps: list[torch.Tensor] = []
+
+    def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
+        if self.pending is not None:
+            self.steps.append(self.pending.gather(1, input_ids[:, -1:]).squeeze(1))
+        self.pending = torch.log_softmax(scores.float() / self.temperature, dim=-1)
+        return scores
+
+    def finish(self, new_tokens: torch.Tensor) -> torch.Tensor:
+        """[B, T] log-probs of `new_tokens` [B, T] (the generated columns of the output)."""
+        if self.pending is not None and len(self.steps) < new_tokens.size(1):
+            self.steps.append(self.pending.gather(1, new_tokens[:, len(self.steps)].unsqueeze(1)).squeeze(1))
+        self.pending = None
+        return torch.stack(self.steps, 1) if self.steps else new_tokens.new_zeros(new_tokens.shape, dtype=torch.float)
+
+
 class RolloutEngine:
     """Generates with `model` (or with `rollout_copy.model`, kept in step with the policy by `sync`)."""
 
@@ -125,14 +158,27 @@ class RolloutEngine:
             torch.cuda.synchronize(device)
         return time.perf_counter() - start
 
-    @torch.no_grad()
     def generate(self, prompt_ids: Sequence[Sequence[int]]) -> list[list[int]]:
         """One completion per prompt: token ids up to and including the first EOS (TRL's completion ids)."""
+        return self._generate(prompt_ids, record=False)[0]
+
+    def generate_with_logprobs(self, prompt_ids: Sequence[Sequence[int]]) -> tuple[list[list[int]], list[list[float]]]:
+        """`generate`'s completions and, per token, the sampler's log-probability of it (`SamplerLogprobs`)."""
+        ids, logps = self._generate(prompt_ids, record=True)
+        assert logps is not None
+        return ids, logps
+
+    @torch.no_grad()
+    def _generate(self, prompt_ids: Sequence[Sequence[int]], record: bool):
         device = next(self.model.parameters()).device
         ids, mask = left_pad(prompt_ids, self.pad_token_id, self.pad_to_multiple_of)
-        extra = {}
+        extra: dict[str, Any] = {}
         if self.static_cache_len is not None:
             extra["past_key_values"] = self._static_cache(ids.size(0), ids.size(1))
+        recorder = None
+        if record:
+            recorder = SamplerLogprobs(self.generation_config.temperature or 1.0)  # the learner's T, greedy or not
+            extra["logits_processor"] = LogitsProcessorList([recorder])
         was_training = self.model.training
         self.model.eval()
         try:
@@ -144,7 +190,12 @@ class RolloutEngine:
             )
         finally:
             self.model.train(was_training)
-        return until_first_eos(out[:, ids.size(1) :], self.eos_token_ids)
+        new = out[:, ids.size(1) :]
+        completions = until_first_eos(new, self.eos_token_ids)
+        if recorder is None:
+            return completions, None
+        logps = recorder.finish(new).tolist()
+        return completions, [row[: len(c)] for row, c in zip(logps, completions)]
 
     def _static_cache(self, batch: int, prompt_len: int) -> StaticCache:
         assert self.static_cache_len is not None

@@ -327,10 +327,10 @@ class PosttrainGRPOTrainer(AtomicCheckpointMixin, GRPOTrainer):
             self._metrics[mode]["rollout/sync_seconds"].append(seconds)
             self._rollout_step = self.state.global_step
         start = time.perf_counter()
-        completion_ids = self.rollout.generate(prompt_ids)
+        completion_ids, sampler_logps = self.rollout.generate_with_logprobs(prompt_ids)
         tokens = sum(len(ids) for ids in completion_ids)
         self._metrics[mode]["rollout/tokens_per_second"].append(tokens / max(time.perf_counter() - start, 1e-9))
-        return completion_ids, None
+        return completion_ids, sampler_logps  # TRL keeps them as `sampling_per_token_logps`
 
     def _generate_and_score_completions(self, inputs):
         try:
