@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-import math
+import inspect
 
 import pytest
 import torch
 
 from posttrain.kernels import available, grpo_loss
+from posttrain.kernels.registry import LOSS_TYPES, LOSSES, refusal
 
 from .trl_ref import completion_hidden, make_inputs, tiny_model, trl_loss
 
@@ -48,31 +49,138 @@ def _assert_close_grads(ref, got, rtol):
         assert err < rtol, f"{n}: relative grad error {err:.2e}"
 
 
-@pytest.mark.parametrize("backend", TORCH_BACKENDS)
-@pytest.mark.parametrize("loss_type", ["grpo", "bnpo", "dr_grpo", "dapo"])
+# TRL's ratio metrics per loss type, and the names our stats give them
+RATIO_METRICS = {
+    "clip": {
+        "clip_ratio": "clip_ratio/region_mean",
+        "clip_ratio/low_mean": "clip_ratio/low_mean",
+        "clip_ratio/high_mean": "clip_ratio/high_mean",
+    },
+    "cispo": {"cispo_clip_ratio": "cispo_clip_ratio"},
+    "sapo": {},
+    "vespo": {"vespo/phi_seq_mean": "vespo/phi_seq_mean"},
+}
+
+
+def _refused(backend, **kw):
+    """The registry's reason `backend` refuses these options (None: it must compute them)."""
+    ours = {k: v for k, v in kw.items() if k in inspect.signature(refusal).parameters}
+    if kw.get("entropy_coef"):
+        ours["entropy_bonus"] = True
+    ratio = kw.get("vllm_is_ratio")
+    ours["token_is_ratio"] = ratio is not None and ratio.shape[-1] > 1
+    return refusal(backend, **ours)
+
+
+def _check_backends(model, inputs, trl_kw, ours_kw, ref, rtol=2e-5):
+    """Every backend against TRL's (loss, grads, metrics) `ref`; a backend the registry refuses must raise."""
+    ref_loss, ref_grads, ref_metrics = ref
+    term = LOSSES[ours_kw.get("loss_type", "grpo")].term
+    checked = []
+    for backend in TORCH_BACKENDS:
+        if _refused(backend, **ours_kw):
+            with pytest.raises(NotImplementedError):
+                _ours(model, inputs, backend, **ours_kw)
+            continue
+        loss, stats = _ours(model, inputs, backend, **ours_kw)
+        # Liger's fp32 VESPO weight: each sequence's term within 3e-6 of TRL's, but the terms (+-7 here) cancel to ~1
+        loose = backend == "liger" and term == "vespo"
+        assert loss.item() == pytest.approx(ref_loss.item(), rel=5e-5 if loose else 1e-5, abs=1e-6), backend
+        _assert_close_grads(ref_grads, _grads(model, loss), 5e-5 if loose else rtol)
+        for ours, theirs in RATIO_METRICS[term].items():
+            if ours in stats:  # liger reports the region ratio only (token-weighted at sequence level)
+                # and counts the clipped ratios before the delta cap (TRL after it)
+                level_ok = backend != "liger" or (
+                    ours_kw.get("importance_sampling_level", "token") == "token" and ours_kw.get("delta") is None
+                )
+                assert not level_ok or stats[ours] == pytest.approx(ref_metrics[theirs], abs=1e-6), (backend, ours)
+            else:
+                assert backend == "liger", (backend, ours)
+        if trl_kw.get("beta", 0.0) != 0.0:
+            assert stats["kl_mean"] == pytest.approx(ref_metrics["kl"], rel=1e-5), backend
+            assert backend == "liger" or stats["kl_p95"] >= stats["kl_mean"] > 0, backend
+        checked.append(backend)
+    return checked
+
+
+def _trl_ref(model, inputs, **trl_kw):
+    loss, metrics = trl_loss(model, inputs, **trl_kw)
+    return loss, _grads(model, loss), metrics
+
+
+@pytest.mark.parametrize("loss_type", LOSS_TYPES)
 @pytest.mark.parametrize("level,beta", [("token", 0.0), ("token", 0.04), ("sequence", 0.0), ("sequence", 0.1)])
 @pytest.mark.parametrize("num_iterations", [1, 2])
-def test_loss_and_grads_match_trl(model, backend, loss_type, level, beta, num_iterations):
-    """TRL's defaults throughout (KL bias correction on). num_iterations=1: on-policy, TRL passes no old
-    log-probs (ratio 1 with the ratio's gradient); 2: old log-probs from before the previous update."""
+def test_loss_and_grads_match_trl(model, loss_type, level, beta, num_iterations):
+    """All eight TRL 1.16 loss types on every backend, TRL's defaults throughout (KL bias correction on).
+    num_iterations=1: on-policy, TRL passes no old log-probs (ratio 1 with the ratio's gradient); 2: old log-probs
+    from before the previous update. TRL's loss is computed once and every backend compared with it."""
     inputs = make_inputs(model, off_policy=0.3 if level == "token" else 0.6)
     if num_iterations == 1:
         inputs.pop("old_per_token_logps")
-    ref_loss, ref_metrics = trl_loss(model, inputs, loss_type=loss_type, beta=beta, importance_sampling_level=level)
-    ref_grads = _grads(model, ref_loss)
-    loss, stats = _ours(model, inputs, backend, loss_type=loss_type, beta=beta, importance_sampling_level=level)
-    grads = _grads(model, loss)
-    assert loss.item() == pytest.approx(ref_loss.item(), rel=1e-5, abs=1e-6)
-    _assert_close_grads(ref_grads, grads, rtol=2e-5)
-    assert stats["clip_ratio"] == pytest.approx(ref_metrics["clip_ratio/region_mean"], abs=1e-6) or (
-        backend == "liger" and level == "sequence"
-    )  # liger's clip ratio is token-weighted at sequence level
-    if beta != 0.0:
-        assert stats["kl_mean"] == pytest.approx(ref_metrics["kl"], rel=1e-5)
-    if backend != "liger":
-        assert stats["clip_ratio/low_mean"] == pytest.approx(ref_metrics["clip_ratio/low_mean"], abs=1e-6)
-        assert stats["clip_ratio/high_mean"] == pytest.approx(ref_metrics["clip_ratio/high_mean"], abs=1e-6)
-        assert math.isfinite(stats["kl_p95"]) and stats["kl_p95"] >= 0.0
+    kw = {"loss_type": loss_type, "beta": beta, "importance_sampling_level": level}
+    ref = _trl_ref(model, inputs, **kw)
+    checked = _check_backends(model, inputs, kw, kw, ref)
+    assert {"eager", "fused"} <= set(checked)
+    assert max(g.abs().max().item() for g in ref[1].values()) > 1e-3  # a real gradient, not a vanished loss
+
+
+def _knob_cases():
+    """(id, TRL's kwargs, ours) for each GRPOConfig knob beyond the loss type, on the loss types it acts on."""
+    window = {"window_tokens": None, "accumulation_steps": 3}  # window_tokens filled per batch below
+    cases = [
+        ("delta-dapo", {"loss_type": "dapo", "delta": 1.1}, {"delta": 1.1}),
+        ("delta-luspo-seq", {"loss_type": "luspo", "importance_sampling_level": "sequence", "delta": 1.05}, None),
+        ("sapo-temperatures", {"loss_type": "sapo", "sapo_temperature_pos": 2.0, "sapo_temperature_neg": 0.5}, None),
+        (
+            "vespo-parameters",
+            {
+                "loss_type": "vespo",
+                "vespo_k_pos": 1.0,
+                "vespo_lambda_pos": 1.5,
+                "vespo_k_neg": 4.0,
+                "vespo_lambda_neg": 0.5,
+            },
+            None,
+        ),
+        ("cispo-eps-high", {"loss_type": "cispo", "epsilon_high": 1.1}, None),
+        ("off-policy-mask-bnpo", {"loss_type": "bnpo", "off_policy_mask_threshold": 0.02, "beta": 0.04}, None),
+        ("off-policy-mask-vespo", {"loss_type": "vespo", "off_policy_mask_threshold": 0.02}, None),
+        ("top-entropy-grpo", {"loss_type": "grpo", "top_entropy_quantile": 0.3, "beta": 0.04}, None),
+        ("top-entropy-cispo", {"loss_type": "cispo", "top_entropy_quantile": 0.5}, None),
+        ("entropy-bonus-dapo", {"loss_type": "dapo", "entropy_coef": 0.05}, None),
+        ("entropy-bonus-top-sapo", {"loss_type": "sapo", "entropy_coef": 0.1, "top_entropy_quantile": 0.4}, None),
+    ]
+    for lt in LOSS_TYPES:  # the accumulation normaliser of every type, with an entropy bonus on the eager path
+        cases.append((f"accumulation-{lt}", {"loss_type": lt, "beta": 0.04}, dict(window)))
+    return [
+        (name, trl, {**{k: v for k, v in trl.items() if k != "accumulation_steps"}, **(extra or {})})
+        for name, trl, extra in cases
+    ]
+
+
+KNOB_CASES = _knob_cases()
+
+
+@pytest.mark.parametrize("name,trl_kw,ours_kw", KNOB_CASES, ids=[c[0] for c in KNOB_CASES])
+def test_knobs_match_trl(model, name, trl_kw, ours_kw):
+    """Each GRPOConfig knob (delta, sapo/vespo parameters, off-policy mask, top-entropy mask, entropy bonus,
+    accumulation normalisers) on every backend that computes it; the others refuse it. And each knob moves the
+    loss (eager, against the loss without it), so the comparison has teeth."""
+    inputs = make_inputs(model, off_policy=0.3)
+    ours_kw = dict(ours_kw)
+    if "accumulation_steps" in ours_kw:
+        trl_kw = {**trl_kw, "accumulation_steps": ours_kw["accumulation_steps"]}
+        ours_kw["window_tokens"] = inputs["completion_mask"].sum() * ours_kw["accumulation_steps"]
+    ref = _trl_ref(model, inputs, **trl_kw)
+    checked = _check_backends(model, inputs, trl_kw, ours_kw, ref)
+    assert "eager" in checked
+    if ours_kw.get("entropy_coef"):
+        assert set(checked) == {"eager", "chunked"} & set(TORCH_BACKENDS)  # fused's entropy has no gradient
+    base = {"loss_type": ours_kw["loss_type"], "beta": ours_kw.get("beta", 0.0)}
+    base["importance_sampling_level"] = ours_kw.get("importance_sampling_level", "token")
+    plain, _ = _ours(model, inputs, "eager", **base)
+    assert abs(plain.item() - ref[0].item()) > 1e-4, "the knob changes nothing here"
 
 
 @pytest.mark.parametrize("backend", TORCH_BACKENDS)
@@ -220,3 +328,19 @@ def test_bad_options_fail_fast(model):
         _ours(model, inputs, "fused", kl_estimator="k4")
     with pytest.raises(ValueError, match="backend"):
         _ours(model, inputs, "nope")
+
+
+@pytest.mark.parametrize("loss_type", ["vespo", "cispo", "sapo", "luspo"])
+def test_vllm_ratio_in_each_loss_type_matches_trl(model, loss_type):
+    """A per-token vLLM importance-sampling ratio: VESPO folds it into its sequence weight, the others multiply
+    their policy term by it, as TRL does; every backend that computes the case agrees."""
+    inputs = make_inputs(model)
+    B, T = inputs["completion_ids"].shape
+    ratio = torch.exp(0.3 * torch.randn(B, T, generator=torch.Generator().manual_seed(5)))
+    inputs["importance_sampling_ratio"] = ratio
+    kw = {"loss_type": loss_type, "importance_sampling_level": "sequence" if loss_type == "luspo" else "token"}
+    ref = _trl_ref(model, inputs, **kw)
+    checked = _check_backends(model, inputs, kw, {**kw, "vllm_is_ratio": ratio}, ref)
+    assert "fused" in checked
+    without, _ = _ours(model, inputs, "eager", **kw)
+    assert abs(without.item() - ref[0].item()) > 1e-4

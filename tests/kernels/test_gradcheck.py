@@ -16,8 +16,13 @@ import torch
 
 from posttrain.kernels import BACKENDS, available
 from posttrain.kernels import gradcheck as gc
+from posttrain.kernels.registry import LOSS_TYPES as ALL_LOSS_TYPES
+from posttrain.kernels.registry import refusal
 
+# the full option matrix on the four classic types; the other four (their loss math is shared by every logps
+# backend, and checked against TRL in test_against_trl) once per level with a KL term (test_gradcheck_new_loss_types)
 LOSS_TYPES = ["grpo", "bnpo", "dr_grpo", "dapo"]
+NEW_LOSS_TYPES = [t for t in ALL_LOSS_TYPES if t not in LOSS_TYPES]
 # beta = 0: the estimator only feeds the stats; beta > 0: each estimator is in the loss, with TRL's default
 # KL bias correction; then k3 without it, and k3 with a vLLM importance-sampling ratio (gc.MATRIX's cases)
 KL_CASES = [
@@ -80,7 +85,7 @@ def triton_matrix():
     return proc.returncode, rows, proc.stderr
 
 
-@pytest.mark.parametrize("loss_type", LOSS_TYPES)
+@pytest.mark.parametrize("loss_type", ALL_LOSS_TYPES)  # one subprocess runs them all: every row is checked
 @pytest.mark.parametrize("level", ["token", "sequence"])
 @pytest.mark.parametrize("beta,estimator,bias_correction,is_ratio", KL_CASES, ids=CASE_IDS)
 def test_gradcheck_matrix_triton_interpret(triton_matrix, loss_type, level, beta, estimator, bias_correction, is_ratio):
@@ -127,6 +132,20 @@ def test_gradcheck_matrix(backend, loss_type, level, beta, estimator, bias_corre
     )
     if backend == "liger" and beta != 0.0 and estimator != "k3":
         assert code == 2 and "kl_estimator" in out["unsupported"]
+        return
+    assert code == 0, out.get("failures")
+    assert out["abs_diff_loss"] < 2e-5 and out["max_rel_diff_dhidden"] < 1e-4
+
+
+@pytest.mark.parametrize("backend", [b for b in BACKENDS if b != "triton"])
+@pytest.mark.parametrize("loss_type", NEW_LOSS_TYPES)
+@pytest.mark.parametrize("level", ["token", "sequence"])
+def test_gradcheck_new_loss_types(backend, loss_type, level):
+    """cispo, sapo, luspo, vespo with a k3 KL term against the fp64 reference; Liger refuses what it cannot do."""
+    _backend_or_skip(backend)
+    code, out = _run(kernels=backend, loss_type=loss_type, importance_sampling_level=level, beta=0.04)
+    if refusal(backend, loss_type=loss_type, importance_sampling_level=level, beta=0.04):
+        assert code == 2 and out["unsupported"]
         return
     assert code == 0, out.get("failures")
     assert out["abs_diff_loss"] < 2e-5 and out["max_rel_diff_dhidden"] < 1e-4

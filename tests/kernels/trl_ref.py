@@ -34,6 +34,9 @@ class _Accelerator:
     def reduce(self, x, reduction="sum"):
         return x
 
+    def pad_across_processes(self, x, dim=0, pad_index=0):
+        return x
+
 
 def tiny_model(vocab: int = 160, hidden: int = 32, seed: int = 0, temperature: float = 1.0) -> LlamaForCausalLM:
     torch.manual_seed(seed)
@@ -59,6 +62,23 @@ def trl_default(field: str):
     return GRPOConfig.__dataclass_fields__[field].default
 
 
+# the GRPOConfig fields `_compute_loss` reads from `self.args`
+_ARGS = (
+    "use_bias_correction_kl",
+    "delta",
+    "sapo_temperature_pos",
+    "sapo_temperature_neg",
+    "vespo_k_pos",
+    "vespo_lambda_pos",
+    "vespo_k_neg",
+    "vespo_lambda_neg",
+    "entropy_target",
+    "entropy_coef_delta",
+    "entropy_coef_min",
+    "entropy_coef_max",
+)
+
+
 def trl_loss(
     model,
     inputs: dict,
@@ -69,15 +89,24 @@ def trl_loss(
     epsilon_high=0.2,
     importance_sampling_level="token",
     max_completion_length=None,
+    off_policy_mask_threshold=None,
+    top_entropy_quantile=1.0,
+    entropy_coef=0.0,
+    use_adaptive_entropy=False,
+    accumulation_steps=1,
     **args,
 ):
-    """(loss, metrics) from TRL's `GRPOTrainer._compute_loss` (train mode, no accumulation).
+    """(loss, metrics) from TRL's `GRPOTrainer._compute_loss` (train mode).
 
-    `args` override `GRPOConfig` fields the loss reads; every other one keeps TRL's default (e.g.
-    `use_bias_correction_kl`). `inputs["importance_sampling_ratio"]`, when present, is applied as TRL does with
-    vLLM's importance-sampling correction on.
+    `args` override the `GRPOConfig` fields the loss reads from `self.args` (`_ARGS`); every other one keeps TRL's
+    default (e.g. `use_bias_correction_kl`). `inputs["importance_sampling_ratio"]`, when present, is applied as TRL
+    does with vLLM's importance-sampling correction on. `accumulation_steps`: TRL's current accumulation (the
+    `window_tokens` types then normalise by `num_items_in_batch * accumulation_steps`, as for one micro-batch of a
+    generation batch of that many micro-batches, each like this one: `num_items_in_batch` = its tokens x that).
     """
-    defaults = {f: trl_default(f) for f in ("use_bias_correction_kl", "delta")}
+    unknown = set(args) - set(_ARGS)
+    assert not unknown, unknown
+    defaults = {f: trl_default(f) for f in _ARGS}
     use_is = inputs.get("importance_sampling_ratio") is not None
     stub = types.SimpleNamespace(
         model=model,
@@ -88,20 +117,27 @@ def trl_loss(
         epsilon_high=epsilon_high,
         importance_sampling_level=importance_sampling_level,
         max_completion_length=max_completion_length or inputs["completion_ids"].shape[1],
-        top_entropy_quantile=1.0,
+        top_entropy_quantile=top_entropy_quantile,
         aux_loss_enabled=False,
-        off_policy_mask_threshold=None,
+        off_policy_mask_threshold=off_policy_mask_threshold,
         use_vllm=use_is,
         vllm_importance_sampling_correction=use_is,
-        current_gradient_accumulation_steps=1,
-        _entropy_bonus_enabled=False,
+        current_gradient_accumulation_steps=accumulation_steps,
+        entropy_coef=entropy_coef,
+        use_adaptive_entropy=use_adaptive_entropy,
+        _entropy_bonus_enabled=entropy_coef != 0.0 or use_adaptive_entropy,
+        _last_world_entropy=float("inf"),
+        _entropy_window_stats=None,
         _metrics={"train": defaultdict(list), "eval": defaultdict(list)},
-        args=types.SimpleNamespace(**{**defaults, **args}, steps_per_generation=1),
+        args=types.SimpleNamespace(**{**defaults, **args}, steps_per_generation=accumulation_steps),
+        get_off_policy_mask=GRPOTrainer.get_off_policy_mask,
+        get_gamma_weights=GRPOTrainer.get_gamma_weights,
     )
-    stub._get_per_token_logps_and_entropies = types.MethodType(GRPOTrainer._get_per_token_logps_and_entropies, stub)
+    for method in ("_get_per_token_logps_and_entropies", "get_high_entropy_mask"):
+        setattr(stub, method, types.MethodType(getattr(GRPOTrainer, method), stub))
     model.train()
     inputs = dict(inputs)
-    inputs["num_items_in_batch"] = inputs["completion_mask"].sum()
+    inputs["num_items_in_batch"] = inputs["completion_mask"].sum() * accumulation_steps
     loss = GRPOTrainer._compute_loss(stub, model, inputs)
     return loss, {k: v[-1] for k, v in stub._metrics["train"].items()}
 

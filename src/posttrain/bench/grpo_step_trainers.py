@@ -41,7 +41,7 @@ def anchor_trainer(cfg, run_dir: Path, callbacks: list | None = None):
     """Plain `trl.GRPOTrainer`: posttrain's data, rewards and tokenizer, the recipe's GRPOConfig keys, TRL defaults."""
     from trl import GRPOConfig, GRPOTrainer
 
-    from posttrain.algos.grpo.build import grpo_args
+    from posttrain.algos.grpo.build import TRL_FIELDS, grpo_args
     from posttrain.algos.grpo.rewards import reward_functions
     from posttrain.data import build_grpo_dataset
     from posttrain.models import load
@@ -56,7 +56,7 @@ def anchor_trainer(cfg, run_dir: Path, callbacks: list | None = None):
         del model
         model = checkpoint_location(cfg.model)  # TRL loads it itself (its default: fp32)
     ours = grpo_args(cfg, run_dir, weights).to_dict()
-    recipe = {k: ours[k] for k in RECIPE_KEYS}
+    recipe = {k: ours[k] for k in (*RECIPE_KEYS, *TRL_FIELDS)}  # and every loss knob posttrain maps under TRL's name
     # `use_cpu` where TRL's bf16 default needs it to start at all (its error message says so)
     import torch
 

@@ -14,10 +14,28 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from omegaconf import MISSING
+from omegaconf import MISSING, OmegaConf
 
 from posttrain.config.ranges import free, local_path, num
 from posttrain.paths import ACCELERATE_DIR, CHAT_TEMPLATE_DIR
+
+_ATTENTION = ("q_proj", "k_proj", "v_proj", "o_proj")
+# PEFT target modules of each `model.lora.targets` choice, per model family. GPT-OSS's other linear maps are its
+# experts' batched weights (not nn.Linear: `model.lora.experts=true` adds them, under either choice) and the router
+# (never a target), so its `all_linear` is its attention projections, as PEFT's own "all-linear" finds.
+LORA_TARGETS: dict[str, dict[str, tuple[str, ...]]] = {
+    "attention": {"llama": _ATTENTION, "gpt_oss": _ATTENTION},
+    "all_linear": {"llama": (*_ATTENTION, "gate_proj", "up_proj", "down_proj"), "gpt_oss": _ATTENTION},
+}
+
+
+def lora_target_modules(targets: str, family: str) -> list[str]:
+    """The modules `targets` names on `family` (empty for an unknown one: validation names the bad value)."""
+    return list(LORA_TARGETS.get(targets, {}).get(family, ()))
+
+
+OmegaConf.register_new_resolver("lora_target_modules", lora_target_modules, replace=True)
+_TARGETS_OF_FAMILY: Any = "${lora_target_modules:${.targets},${..family}}"
 
 
 @dataclass
@@ -26,8 +44,10 @@ class LoraConfig:
     r: int = num(8, gt=0)  # PEFT: a positive integer
     alpha: int = num(16, gt=0)  # scaling alpha / r; 0 would switch the adapters off
     dropout: float = num(0.0, ge=0, lt=1)
-    # Attention projections by default; GPT-OSS experts (batched nn.Parameters) through PEFT target_parameters.
-    target_modules: list[str] = field(default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj"])
+    targets: str = "attention"  # attention | all_linear (+ gate, up, down on Llama): LORA_TARGETS
+    # PEFT target_modules: the modules `targets` names for the model's family, unless a list is given here
+    target_modules: list[str] = field(default=_TARGETS_OF_FAMILY)
+    # GPT-OSS experts (batched nn.Parameters) through PEFT target_parameters.
     experts: bool = False
     expert_parameters: list[str] = field(default_factory=lambda: ["mlp.experts.gate_up_proj", "mlp.experts.down_proj"])
 

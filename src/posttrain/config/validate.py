@@ -3,10 +3,11 @@ each field's declared range or path kind (posttrain.config.fields), then the cro
 
 from __future__ import annotations
 
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 
 from posttrain.config.fields import check_declared
 from posttrain.config.finite import check_finite
+from posttrain.config.schema import LORA_TARGETS
 from posttrain.errors import ConfigError
 from posttrain.kernels.registry import CHOICES as KERNEL_CHOICES
 
@@ -21,6 +22,7 @@ _CHOICES = {
     "kernels.backend": KERNEL_CHOICES,
     "logger.name": ("jsonl", "wandb"),
     "data.source": ("generator", "hub", "jsonl"),
+    "model.lora.targets": tuple(LORA_TARGETS),
 }
 
 
@@ -78,6 +80,11 @@ def validate(cfg: DictConfig, hf_names: bool = True) -> None:
         )
     if cfg.model.lora.experts and cfg.model.family != "gpt_oss":
         raise ConfigError("model.lora.experts=true needs a MoE model (family gpt_oss)")
+    if cfg.model.lora.targets != "attention" and not OmegaConf.is_interpolation(cfg.model.lora, "target_modules"):
+        raise ConfigError(
+            f"model.lora.targets={cfg.model.lora.targets} and model.lora.target_modules both name the LoRA targets: "
+            "give one"
+        )
     from posttrain.algos.registry import get_algorithm
 
     get_algorithm(cfg.algo.name).validate(cfg)

@@ -13,18 +13,21 @@ Contract with the trainer
 - `completion_mask` [B, T] 0/1 (rows may be empty); `advantages` [B] (or [B, T]).
 - `old_logps` [B, T] or None: None means on-policy (ratio 1, TRL's `per_token_logps.detach()`).
 - `ref_logps` [B, T] or None: required when `beta != 0`; when given, KL stats are reported for any beta.
-- The loss is TRL 1.16 `GRPOTrainer._compute_loss` for one process and one micro-batch: `grpo`
-  (per-sequence mean, then batch mean), `bnpo` (token mean), `dr_grpo` (/ (B * max_completion_length),
-  default T), `dapo` (/ number of mask tokens in this batch). It is **not** divided by gradient-
-  accumulation steps: the trainer scales it (and passes its own normalizer logic for dapo if it
-  accumulates). Per-token KL (`k1 = logp - ref`, `k2 = (logp - ref)^2 / 2`, `k3 = exp(ref - logp) -
-  (ref - logp) - 1`), multiplied by the differentiable importance weight `coef_1` when `kl_bias_correction`
+- The loss is TRL 1.16 `GRPOTrainer._compute_loss` for one micro-batch, for each of its eight loss types
+  (`registry.LOSSES`: how the ratio enters a token's loss and how the masked losses are reduced) and its knobs
+  (`delta`, the sapo/vespo parameters, the off-policy and top-entropy masks, the entropy bonus). Accumulation:
+  `window_tokens` is the normaliser of dapo/cispo/vespo (TRL's `num_items_in_batch / processes * accumulation /
+  steps_per_generation`; default: this batch's tokens) and the other types and the entropy bonus are divided by
+  `accumulation_steps` (default 1). Per-token KL (`k1 = logp - ref`, `k2 = (logp - ref)^2 / 2`, `k3 = exp(ref -
+  logp) - (ref - logp) - 1`), multiplied by the differentiable importance weight `coef_1` when `kl_bias_correction`
   (TRL's `use_bias_correction_kl`, on by default as in TRL), is added as `beta * kl` per token, masked like
-  the loss. `vllm_is_ratio` (TRL's `importance_sampling_ratio`, [B, T] or [B, 1]) multiplies the policy term
-  before the KL is added. Temperature divides the logits. Log-softmax is always fp32 (fp64 for fp64 inputs).
+  the loss. `vllm_is_ratio` (TRL's `importance_sampling_ratio`, [B, T] or [B, 1]; `sampling_importance_ratio`
+  computes it) multiplies the policy term before the KL is added (vespo folds it into its weight). Temperature
+  divides the logits. Log-softmax is always fp32 (fp64 for fp64 inputs).
 - `stats` (floats): `policy_loss`, `kl_mean` (masked token mean of the KL term as it enters the loss, TRL's
-  `kl`), `kl_p95`, `clip_ratio` (TRL's `clip_ratio/region_mean`), `clip_ratio/low_mean`,
-  `clip_ratio/high_mean` (liger: see its module).
+  `kl`), `kl_p95`, and the loss type's ratio metrics: `clip_ratio` (TRL's `clip_ratio/region_mean`),
+  `clip_ratio/low_mean`, `clip_ratio/high_mean`, or `cispo_clip_ratio`, or `vespo/phi_seq_mean` (liger: see its
+  module); with the entropy, `entropy_sum` and `entropy_tokens` over the tokens the bonus acts on.
 
 Backends: the table in `posttrain.kernels.registry` (`BACKENDS[name].summary`; `available(name)` says whether one
 runs here and why not). Adding one: a module with the function, one `Backend(...)` row there.
@@ -44,6 +47,7 @@ _LOSS = (
     "lm_head_gathered",
     "per_token_kl",
     "policy_loss_from_logps",
+    "sampling_importance_ratio",
 )
 __all__ = ["BACKENDS", "CHOICES", "IS_LEVELS", "KL_ESTIMATORS", "LOSS_TYPES", "available", *_LOSS]
 

@@ -1,21 +1,31 @@
 """`liger` backend: Liger-Kernel's fused-linear GRPO loss (`LigerFusedLinearGRPOFunction`).
 
 Liger computes the loss *and* its gradients chunk by chunk in the forward (one sequence per chunk, its
-default), so the loss math is Liger's own, not `policy_loss_from_logps`. What it cannot do raises
-`NotImplementedError` naming the option, instead of silently computing something else:
-- `kl_estimator` other than `k3` with `beta != 0` (Liger's KL is k3 only),
-- per-token advantages `[B, T]` (Liger takes `[B]`).
+default), so the loss math is Liger's own, not `policy_loss_from_logps`. It implements TRL 1.16's eight loss
+types, `delta`, the sapo and vespo parameters, the KL bias correction and the vLLM importance-sampling ratio.
+What it cannot do is refused before it runs (`registry.refusal`, NotImplementedError from `grpo_loss`): a KL
+estimator other than k3, the off-policy and top-entropy masks, the entropy bonus, sequence-level importance
+sampling with cispo/sapo/vespo (Liger raises), and luspo wherever its per-token loss is not one value per
+sequence (Liger reduces luspo as an older TRL did). Per-token advantages `[B, T]` raise here (Liger takes `[B]`).
 
 Stats: Liger reports the KL mean (only when `beta != 0`) and one clip ratio (token-weighted, also at
-sequence level), and no per-token values, so `kl_p95` is NaN and `clip_ratio/low_mean`, `/high_mean`
-are not reported. Use another backend when those matter.
+sequence level, and before the `delta` cap: TRL's `clip_ratio/region_mean`, or `cispo_clip_ratio` for cispo),
+and no per-token values, so
+`kl_p95` is NaN and the other ratio metrics are not reported. Use another backend when those matter.
 """
 
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import torch
+
+
+def _process_count() -> int:
+    """Liger divides `num_items_in_batch` by the torch.distributed world size itself."""
+    dist = torch.distributed
+    return dist.get_world_size() if dist.is_available() and dist.is_initialized() else 1
 
 
 def liger_grpo_loss(
@@ -27,24 +37,14 @@ def liger_grpo_loss(
     old_logps,
     ref_logps,
     *,
-    beta,
-    epsilon_low,
-    epsilon_high,
-    loss_type,
-    kl_estimator,
-    importance_sampling_level,
-    temperature,
-    max_completion_length,
-    kl_bias_correction,
-    vllm_is_ratio,
+    temperature: float,
+    **opts: Any,
 ) -> tuple[torch.Tensor, dict[str, float]]:
-    """Same contract as `posttrain.kernels.grpo_loss` (backend="liger")."""
+    """Same contract as `posttrain.kernels.grpo_loss` (backend="liger"); `opts` are all of its options."""
     from liger_kernel.chunked_loss.grpo_loss import LigerFusedLinearGRPOFunction
 
-    if beta != 0.0 and kl_estimator != "k3":
-        raise NotImplementedError(
-            f"backend='liger' supports kl_estimator='k3' only (got {kl_estimator!r}); use backend='fused' or 'eager'"
-        )
+    from posttrain.kernels.registry import LOSSES
+
     if advantages.dim() != 1:
         raise NotImplementedError(
             "backend='liger' supports advantages of shape [B] only (got per-token "
@@ -52,7 +52,11 @@ def liger_grpo_loss(
         )
     B, T, _ = hidden.shape
     mask = completion_mask.to(torch.float32)
+    beta, loss_type, is_ratio = opts["beta"], opts["loss_type"], opts["vllm_is_ratio"]
+    window = opts["window_tokens"]
+    window = mask.sum().clamp(min=1.0) if window is None else torch.as_tensor(window, dtype=torch.float32)
     use_ref = beta != 0.0
+    max_len = opts["max_completion_length"]
     loss, metrics = LigerFusedLinearGRPOFunction.apply(
         hidden,
         lm_head_weight,
@@ -66,32 +70,36 @@ def liger_grpo_loss(
         None,
         None,  # ref_input, ref_weight, ref_bias
         beta,
-        epsilon_low,
-        epsilon_high,
+        opts["epsilon_low"],
+        opts["epsilon_high"],
         loss_type,
-        max_completion_length if max_completion_length is not None else T,
-        importance_sampling_level,
-        1.0,
-        1.05,  # sapo temperatures (unused)
+        max_len if max_len is not None else T,
+        opts["importance_sampling_level"],
+        opts["sapo_temperature_pos"],
+        opts["sapo_temperature_neg"],
         float(temperature),
         False,  # compiled: no torch.compile of the loss math
         use_ref,
         1,  # chunk_size (Liger's default)
-        vllm_is_ratio.float() if vllm_is_ratio is not None else None,
-        None,  # delta (two-sided clipping: off, as in TRL)
-        bool(kl_bias_correction),  # TRL's use_bias_correction_kl
-        2.0,
-        3.0,
-        3.0,
-        2.0,  # vespo (unused)
-        mask.sum(),  # num_items_in_batch (dapo normalizer)
+        is_ratio.float() if is_ratio is not None else None,
+        opts["delta"],
+        bool(opts["kl_bias_correction"]),  # TRL's use_bias_correction_kl
+        opts["vespo_k_pos"],
+        opts["vespo_lambda_pos"],
+        opts["vespo_k_neg"],
+        opts["vespo_lambda_neg"],
+        window * _process_count(),  # num_items_in_batch: the window_tokens normaliser
     )
+    term = LOSSES[loss_type].term
+    policy_loss = loss.detach()
+    if LOSSES[loss_type].reduce != "window_tokens":
+        loss = loss / opts["accumulation_steps"]
     metrics = [m.item() for m in metrics]
-    nan = math.nan
     stats = {
-        "policy_loss": loss.item(),
-        "kl_mean": metrics[0] if use_ref else nan,
-        "kl_p95": nan,
-        "clip_ratio": metrics[-1],
+        "policy_loss": policy_loss.item(),
+        "kl_mean": metrics[0] if use_ref else math.nan,
+        "kl_p95": math.nan,
     }
+    if term in ("clip", "cispo"):
+        stats["clip_ratio" if term == "clip" else "cispo_clip_ratio"] = metrics[-1]
     return loss, stats

@@ -16,10 +16,40 @@ import os
 from collections.abc import Callable
 from dataclasses import dataclass
 
+
+@dataclass(frozen=True)
+class LossType:
+    """A TRL 1.16 `GRPOConfig.loss_type`: how the importance ratio enters each token's loss (`term`) and how the
+    masked per-token losses are reduced to a scalar (`reduce`), as `GRPOTrainer._compute_loss` does."""
+
+    name: str
+    term: str  # clip (PPO's clipped ratio) | cispo (clipped, detached ratio x logp) | sapo (soft gate) | vespo
+    # sequence_mean (per-sequence mean, then batch mean) | batch_tokens (this batch's token mean) |
+    # max_length (/ (B * max_completion_length)) | window_tokens (/ tokens of the accumulation window, all
+    # processes: TRL's num_items_in_batch) | sequence_sum (batch mean of per-sequence sums)
+    reduce: str
+    summary: str
+
+
+LOSSES: dict[str, LossType] = {
+    t.name: t
+    for t in (
+        LossType("grpo", "clip", "sequence_mean", "per-sequence token mean, then batch mean (DeepSeekMath)"),
+        LossType("bnpo", "clip", "batch_tokens", "token mean over the local batch"),
+        LossType("dr_grpo", "clip", "max_length", "sum / (B * max_completion_length) (Dr. GRPO)"),
+        LossType("dapo", "clip", "window_tokens", "sum / tokens of the whole accumulation window (DAPO)"),
+        LossType("cispo", "cispo", "window_tokens", "clipped, detached ratio times log-prob (MiniMax-M1)"),
+        LossType("sapo", "sapo", "sequence_mean", "sigmoid gate instead of a hard clip (SAPO)"),
+        LossType("luspo", "clip", "sequence_sum", "each sequence's loss scaled by its length (LUSPO)"),
+        LossType("vespo", "vespo", "window_tokens", "gamma weight of the sequence ratio (VESPO)"),
+    )
+}
 # TRL 1.16 GRPOTrainer loss options the kernel path implements (policy_loss_from_logps)
-LOSS_TYPES: tuple[str, ...] = ("grpo", "bnpo", "dr_grpo", "dapo")
+LOSS_TYPES: tuple[str, ...] = tuple(LOSSES)
 KL_ESTIMATORS: tuple[str, ...] = ("k1", "k2", "k3")
 IS_LEVELS: tuple[str, ...] = ("token", "sequence")
+# TRL's `vllm_importance_sampling_mode`: per token or per sequence; ratios outside [clip_min, clip_max] clipped or 0
+SAMPLING_IS_MODES: tuple[str, ...] = ("token_truncate", "token_mask", "sequence_truncate", "sequence_mask")
 KL_BIAS_CORRECTION = True  # TRL 1.16's `use_bias_correction_kl` default (tests tie it to GRPOConfig)
 TRL = "trl"  # `kernels=trl`: TRL's own loss path (no posttrain kernel)
 
@@ -40,6 +70,7 @@ class Backend:
     device_check: Callable[[], tuple[bool, str]] | None = None
     # `fn(hidden, weight, targets, temperature) -> (logp [N], entropy [N])` from the same pass, when it has one
     entropy_function: str | None = None
+    entropy_grad: bool = False  # its entropy carries a gradient (what TRL's entropy bonus, `entropy_coef`, needs)
     fp32_softmax: bool = False  # from bf16 inputs it computes the logits' softmax in fp32 (no fp32 head cast needed)
 
     def load(self) -> Callable:
@@ -66,6 +97,8 @@ _TABLE = (
         "eager_logps",
         "logps",
         "materialized fp32 [tokens, V] logits: the reference",
+        entropy_function="eager_logps_entropy",
+        entropy_grad=True,
         fp32_softmax=True,
     ),
     Backend(
@@ -75,13 +108,15 @@ _TABLE = (
         "logps",
         "TRL's ChunkedLogProbFunction (what GRPOTrainer itself runs)",
         ("trl",),
+        entropy_function="chunked_logps_entropy",
+        entropy_grad=True,
     ),
     Backend(
         "liger",
         "posttrain.kernels.liger",
         "liger_grpo_loss",
         "loss",
-        "Liger's LigerFusedLinearGRPOFunction (k3 KL only)",
+        "Liger's LigerFusedLinearGRPOFunction (k3 KL only; no entropy or off-policy masks, no entropy bonus)",
         ("liger_kernel",),
     ),
     Backend(
@@ -118,6 +153,49 @@ _TABLE = (
 )
 BACKENDS: dict[str, Backend] = {b.name: b for b in _TABLE}
 CHOICES: tuple[str, ...] = (TRL, *BACKENDS)  # the values of `kernels.backend`
+
+
+def refusal(
+    backend: str,
+    *,
+    loss_type: str = "grpo",
+    importance_sampling_level: str = "token",
+    beta: float = 0.0,
+    kl_estimator: str = "k3",
+    off_policy_mask_threshold: float | None = None,
+    top_entropy_quantile: float = 1.0,
+    entropy_bonus: bool = False,
+    token_is_ratio: bool = False,
+) -> str | None:
+    """Why `backend` (a row of BACKENDS, or `trl`) cannot compute this loss, or None when it can. Config validation
+    turns it into an `error:` line, `grpo_loss` into NotImplementedError. `entropy_bonus`: TRL's `entropy_coef != 0`
+    or `use_adaptive_entropy` (the bonus needs a differentiable entropy; the top-entropy mask only its values);
+    `token_is_ratio`: a per-token vLLM importance-sampling ratio (`vllm_importance_sampling_mode=token_*`)."""
+    if backend == TRL:
+        if kl_estimator == "k3":
+            return None
+        return f"kl_estimator={kl_estimator}: TRL's loss only has k3; a posttrain kernel has all (kernels=fused)"
+    row = BACKENDS[backend]
+    if row.kind == "loss":  # Liger: its own loss math (kernels/liger.py)
+        if beta != 0.0 and kl_estimator != "k3":
+            return f"kl_estimator={kl_estimator}: Liger's KL is k3 only"
+        if off_policy_mask_threshold is not None or top_entropy_quantile < 1.0 or entropy_bonus:
+            return "Liger takes no off_policy_mask_threshold, top_entropy_quantile < 1 or entropy bonus (entropy_coef)"
+        if importance_sampling_level == "sequence" and LOSSES[loss_type].term != "clip":
+            return f"Liger refuses importance_sampling_level=sequence with loss_type={loss_type}"
+        if loss_type == "luspo" and (importance_sampling_level == "token" or beta != 0.0 or token_is_ratio):
+            # Liger reduces luspo as an older TRL did (unmasked, / T): equal to TRL 1.16's only for [B, 1] losses
+            return (
+                "loss_type=luspo: Liger's equals TRL 1.16's only with one loss per sequence "
+                "(importance_sampling_level=sequence, beta=0, no per-token vLLM ratio)"
+            )
+        return None
+    if entropy_bonus and not row.entropy_grad:
+        have = ", ".join(n for n, b in BACKENDS.items() if b.entropy_grad)
+        return f"the entropy bonus (entropy_coef) needs an entropy gradient, which {backend} lacks ({have} have it)"
+    if top_entropy_quantile < 1.0 and row.entropy_function is None:
+        return f"top_entropy_quantile needs the per-token entropy, which {backend} does not compute"
+    return None
 
 
 def available(name: str) -> tuple[bool, str]:

@@ -1,4 +1,7 @@
-"""PEFT LoRA from `model.lora`: attention projections by default, GPT-OSS experts via `target_parameters`."""
+"""PEFT LoRA from `model.lora`: the modules `model.lora.targets` names (`attention`: q, k, v, o; `all_linear`: also
+Llama's gate, up, down; GPT-OSS's attention, see `posttrain.config.schema.LORA_TARGETS`), resolved into
+`model.lora.target_modules` at compose time (so the memory plan reads the same list), and GPT-OSS experts via
+`target_parameters` (`model.lora.experts`)."""
 
 from __future__ import annotations
 

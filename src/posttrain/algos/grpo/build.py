@@ -15,7 +15,7 @@ from posttrain.kernels.registry import BACKENDS
 from posttrain.rollout import build_engine
 from posttrain.training_args import common_training_kwargs
 
-__all__ = ["build_trainer", "grpo_args"]
+__all__ = ["TRL_FIELDS", "build_trainer", "grpo_args"]
 
 
 def grpo_args(cfg: DictConfig, run_dir: Path, reward_weights: list[float] | None = None) -> GRPOConfig:
@@ -23,21 +23,16 @@ def grpo_args(cfg: DictConfig, run_dir: Path, reward_weights: list[float] | None
     algo = cfg.algo
     gen = algo.generation
     kwargs: dict[str, Any] = common_training_kwargs(cfg, run_dir)
+    kwargs.update({name: algo[name] for name in TRL_FIELDS})  # TRL's names, meanings and defaults
     kwargs.update(
         num_generations=algo.num_generations,
         max_completion_length=algo.max_completion_length,
-        loss_type=algo.loss_type,
-        beta=algo.beta,
-        epsilon=algo.epsilon,
-        epsilon_high=algo.epsilon_high,
-        scale_rewards=algo.scale_rewards,
-        importance_sampling_level=algo.importance_sampling_level,
         use_bias_correction_kl=algo.kl.bias_correction,
-        num_iterations=algo.num_iterations,
-        mask_truncated_completions=algo.mask_truncated_completions,
         temperature=gen.temperature,
         top_p=gen.top_p,
         top_k=gen.top_k,
+        min_p=gen.min_p,
+        repetition_penalty=gen.repetition_penalty,
         # the policy is loaded with use_cache=False for training, which transformers' generate inherits: sampling
         # would recompute the whole sequence for every token (7x slower on one CPU core). vLLM takes no such key.
         generation_kwargs=None if gen.backend == "vllm" else {"use_cache": True},
@@ -51,9 +46,46 @@ def grpo_args(cfg: DictConfig, run_dir: Path, reward_weights: list[float] | None
         cast_lm_head_to_fp32=cfg.hw.precision != "fp32" and not _softmax_in_fp32(cfg.kernels.backend),
         use_liger_kernel=False,
         remove_unused_columns=False,
-        log_completions=False,
     )
     return GRPOConfig(**kwargs)
+
+
+# `algo` fields that are GRPOConfig fields of the same name and meaning
+TRL_FIELDS = (
+    "loss_type",
+    "beta",
+    "epsilon",
+    "epsilon_high",
+    "delta",
+    "sapo_temperature_pos",
+    "sapo_temperature_neg",
+    "vespo_k_pos",
+    "vespo_lambda_pos",
+    "vespo_k_neg",
+    "vespo_lambda_neg",
+    "off_policy_mask_threshold",
+    "top_entropy_quantile",
+    "entropy_coef",
+    "use_adaptive_entropy",
+    "entropy_coef_min",
+    "entropy_coef_max",
+    "entropy_coef_delta",
+    "entropy_target",
+    "scale_rewards",
+    "multi_objective_aggregation",
+    "importance_sampling_level",
+    "num_iterations",
+    "steps_per_generation",
+    "mask_truncated_completions",
+    "sync_ref_model",
+    "ref_model_mixup_alpha",
+    "ref_model_sync_steps",
+    "vllm_importance_sampling_correction",
+    "vllm_importance_sampling_mode",
+    "vllm_importance_sampling_clip_min",
+    "vllm_importance_sampling_clip_max",
+    "log_completions",
+)
 
 
 def _softmax_in_fp32(backend: str) -> bool:
@@ -106,6 +138,7 @@ def build_trainer(cfg: DictConfig, run_dir: Path, callbacks: list | None = None)
         kl_estimator=kl.estimator,
         kl_controller=controller,
         reward_hist_default=cfg.data.name,
+        dynamic_sampling_rounds=cfg.algo.dynamic_sampling.max_rounds if cfg.algo.dynamic_sampling.enabled else 0,
     )
     # after the trainer placed the policy on its device: the copy lands there too
     trainer.attach_rollout(

@@ -8,7 +8,14 @@ from omegaconf import DictConfig
 
 from posttrain.config.ranges import num
 from posttrain.config.validate import ConfigError, check_choices
-from posttrain.kernels.registry import IS_LEVELS, KL_BIAS_CORRECTION, KL_ESTIMATORS, LOSS_TYPES, TRL
+from posttrain.kernels.registry import (
+    IS_LEVELS,
+    KL_BIAS_CORRECTION,
+    KL_ESTIMATORS,
+    LOSS_TYPES,
+    SAMPLING_IS_MODES,
+    refusal,
+)
 from posttrain.rollout import BACKENDS as ROLLOUT_BACKENDS
 
 
@@ -34,6 +41,15 @@ class GenerationConfig:
     temperature: float = num(1.0, gt=0)  # transformers GenerationConfig; TRL divides logits by it
     top_p: float = num(1.0, gt=0, le=1)  # TRL GRPOConfig, vLLM SamplingParams
     top_k: int = num(0, ge=0, note="0: off")
+    min_p: float | None = num(None, ge=0, le=1, note="or null: off")  # scaled by the top token's probability
+    repetition_penalty: float = num(1.0, gt=0, note="1: off")  # > 1 favours new tokens
+
+
+@dataclass
+class DynamicSamplingConfig:
+    # DAPO: replace groups whose rewards are all equal (zero advantages) by freshly generated ones (one process only)
+    enabled: bool = False
+    max_rounds: int = num(4, ge=1, note="extra generation batches per step at most")
 
 
 @dataclass
@@ -43,21 +59,53 @@ class GRPOAlgoConfig:
     num_generations: int = num(8, ge=2, note="advantages are per group")
     max_prompt_length: int = num(256, gt=0)  # a guard: longer prompts are refused (TRL does not truncate)
     max_completion_length: int = num(16, gt=0)
-    loss_type: str = "grpo"  # grpo | bnpo | dr_grpo | dapo
+    # grpo | bnpo | dr_grpo | dapo | cispo | sapo | luspo | vespo (posttrain.kernels.registry.LOSSES)
+    loss_type: str = "grpo"
     beta: float = num(0.04, ge=0)  # KL coefficient (0: no reference model)
     epsilon: float = num(0.2, ge=0)  # clip range [1 - epsilon, 1 + epsilon_high]
-    epsilon_high: float | None = num(None, ge=0)  # null: epsilon
+    epsilon_high: float | None = num(None, ge=0)  # null: epsilon (cispo: the cap of its ratio, ScaleRL uses 5)
+    # The rest are TRL 1.16 GRPOConfig's knobs, with its names, meanings and defaults.
+    delta: float | None = num(None, gt=0, note="or null: off")  # two-sided clip: ratio capped at delta (INTELLECT-2)
+    sapo_temperature_pos: float = num(1.0, gt=0)  # sapo's gate temperature for positive advantages
+    sapo_temperature_neg: float = num(1.05, gt=0)  # ... and for the others
+    vespo_k_pos: float = num(2.0, ge=0)  # vespo's gamma weight w^k e^(-lambda w), advantage >= 0
+    vespo_lambda_pos: float = num(3.0, ge=0)
+    vespo_k_neg: float = num(3.0, ge=0)  # ... advantage < 0
+    vespo_lambda_neg: float = num(2.0, ge=0)
+    # drop sequences with negative advantage whose mean log(pi_sampler / pi) exceeds it (DeepSeek-V3.2)
+    off_policy_mask_threshold: float | None = num(None, gt=0, note="or null: off")
+    top_entropy_quantile: float = num(1.0, ge=0, le=1)  # policy loss on the top quantile of tokens by entropy
+    entropy_coef: float = num(0.0, note="0: off")  # minus coef x mean token entropy, on every loss type
+    use_adaptive_entropy: bool = False  # Skywork-OR1: coef += delta below entropy_target, -= above
+    entropy_coef_min: float = num(0.0, ge=0)
+    entropy_coef_max: float = num(1.0, ge=0)
+    entropy_coef_delta: float = num(0.005, ge=0)
+    entropy_target: float = num(0.2, ge=0)  # nats per token; the bonus only applies at or below it
     scale_rewards: str = "group"  # group | batch | none
+    multi_objective_aggregation: str = "sum_then_normalize"  # sum_then_normalize | normalize_then_sum (GDPO)
     importance_sampling_level: str = "token"  # token | sequence
     num_iterations: int = num(1, gt=0)
+    steps_per_generation: int | None = num(None, gt=0, note="or null: trainer.grad_accum")  # micro-batches/rollout
     mask_truncated_completions: bool = False
+    sync_ref_model: bool = False  # TR-DPO: ref <- alpha * policy + (1 - alpha) * ref every ref_model_sync_steps
+    ref_model_mixup_alpha: float = num(0.6, ge=0, le=1)
+    ref_model_sync_steps: int = num(512, gt=0)
+    # vLLM rollouts: the policy term times pi_old / pi_vllm, per token or sequence, truncated or masked to [min, max]
+    vllm_importance_sampling_correction: bool = True
+    vllm_importance_sampling_mode: str = "sequence_mask"  # token_truncate | token_mask | sequence_truncate | ..._mask
+    vllm_importance_sampling_clip_min: float | None = num(None, ge=0, note="or null: no lower bound")
+    vllm_importance_sampling_clip_max: float | None = num(3.0, gt=0, note="or null: no upper bound")
+    log_completions: bool = False  # print a sample of prompts and completions every logging step (rich; wandb)
     kl: KLConfig = field(default_factory=KLConfig)
     generation: GenerationConfig = field(default_factory=GenerationConfig)
+    dynamic_sampling: DynamicSamplingConfig = field(default_factory=DynamicSamplingConfig)
 
 
 CHOICES = {
     "loss_type": LOSS_TYPES,
     "scale_rewards": ("group", "batch", "none"),
+    "multi_objective_aggregation": ("sum_then_normalize", "normalize_then_sum"),
+    "vllm_importance_sampling_mode": SAMPLING_IS_MODES,
     "importance_sampling_level": IS_LEVELS,
     "kl.estimator": KL_ESTIMATORS,
     "generation.backend": tuple(ROLLOUT_BACKENDS),
@@ -68,11 +116,13 @@ CHOICES = {
 def validate_grpo(cfg: DictConfig) -> None:
     algo = cfg.algo
     check_choices(algo, CHOICES, prefix="algo.")
-    global_batch = cfg.trainer.per_device_batch_size * cfg.trainer.grad_accum * cfg.hw.num_devices
+    steps = algo.steps_per_generation or cfg.trainer.grad_accum
+    global_batch = cfg.trainer.per_device_batch_size * steps * cfg.hw.num_devices
     if global_batch % algo.num_generations:
+        steps_name = "algo.steps_per_generation" if algo.steps_per_generation else "grad_accum"
         raise ConfigError(
             f"algo.num_generations={algo.num_generations} must divide the generation batch "
-            f"(per_device_batch_size*grad_accum*devices={global_batch})"
+            f"(per_device_batch_size*{steps_name}*devices={global_batch})"
         )
     rollout = ROLLOUT_BACKENDS[algo.generation.backend]
     if cfg.hw.device not in rollout.devices:
@@ -87,12 +137,49 @@ def validate_grpo(cfg: DictConfig) -> None:
             f"algo.generation.backend={rollout.name} keeps a whole copy of the policy per process, which "
             f"hw.accelerate_config={cfg.hw.accelerate_config} shards: use hf or vllm"
         )
+    if algo.dynamic_sampling.enabled and cfg.hw.num_devices > 1:
+        raise ConfigError("algo.dynamic_sampling.enabled=true runs on one process (hw.num_devices=1)")
     if algo.kl.beta_min > algo.kl.beta_max:
         raise ConfigError(f"algo.kl.beta_min={algo.kl.beta_min} must be <= algo.kl.beta_max={algo.kl.beta_max}")
     if algo.kl.target is not None and algo.beta == 0:
         raise ConfigError("algo.kl.target is set but algo.beta=0: adaptive beta needs a starting beta > 0")
-    if algo.kl.estimator != "k3" and cfg.kernels.backend == TRL:
+    _validate_loss_knobs(cfg)
+
+
+def _validate_loss_knobs(cfg: DictConfig) -> None:
+    """What the kernel backend cannot compute (`registry.refusal`), and TRL's own rules for its knobs (which TRL
+    would raise only when the trainer is built, after the model loaded)."""
+    algo = cfg.algo
+    vllm_is = algo.generation.backend == "vllm" and algo.vllm_importance_sampling_correction
+    why = refusal(
+        cfg.kernels.backend,
+        loss_type=algo.loss_type,
+        importance_sampling_level=algo.importance_sampling_level,
+        beta=algo.beta,
+        kl_estimator=algo.kl.estimator,
+        off_policy_mask_threshold=algo.off_policy_mask_threshold,
+        top_entropy_quantile=algo.top_entropy_quantile,
+        entropy_bonus=algo.entropy_coef != 0 or algo.use_adaptive_entropy,
+        token_is_ratio=vllm_is and algo.vllm_importance_sampling_mode.startswith("token"),
+    )
+    if why:
+        raise ConfigError(f"kernels={cfg.kernels.backend}: {why}")
+    if algo.entropy_coef_min > algo.entropy_coef_max:
         raise ConfigError(
-            f"algo.kl.estimator={algo.kl.estimator} needs a posttrain kernel (kernels=eager|fused|...): "
-            "TRL's loss only has k3"
+            f"algo.entropy_coef_min={algo.entropy_coef_min} must be <= algo.entropy_coef_max={algo.entropy_coef_max}"
+        )
+    low, high = algo.vllm_importance_sampling_clip_min, algo.vllm_importance_sampling_clip_max
+    if low is not None and high is not None and low >= high:
+        raise ConfigError(
+            f"algo.vllm_importance_sampling_clip_min={low} must be < algo.vllm_importance_sampling_clip_max={high}"
+        )
+    mode = algo.vllm_importance_sampling_mode
+    if algo.vllm_importance_sampling_correction and mode.endswith("truncate") and low is None and high is None:
+        raise ConfigError(f"algo.vllm_importance_sampling_mode={mode} needs a clip_min or clip_max")
+    if algo.loss_type == "vespo" and vllm_is and not mode.startswith("token"):
+        raise ConfigError(f"algo.loss_type=vespo with vLLM needs a token_* vllm_importance_sampling_mode, not {mode}")
+    if algo.sync_ref_model and (algo.beta == 0 or cfg.model.lora.enabled):
+        raise ConfigError(
+            "algo.sync_ref_model=true needs a reference model of its own: algo.beta > 0 and model.lora.enabled=false "
+            "(TRL cannot sync a LoRA policy's reference)"
         )

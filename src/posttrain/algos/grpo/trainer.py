@@ -13,7 +13,10 @@
 4. Rollouts from a `posttrain.rollout` engine when `algo.generation.backend` is a merged-copy backend (`bf16_copy`,
    `static`): the copy is re-synced once per optimizer step before it samples; the sync time and the sampling
    rate are logged (`rollout/sync_seconds`, `rollout/tokens_per_second`). `hf` and `vllm` stay TRL's own paths.
-5. Logging: reward histograms by constraint type (`reward_hist/<type>/<bin>` counts in metrics.jsonl, wandb
+5. DAPO dynamic sampling (`algo.dynamic_sampling.enabled`): groups whose rewards are all equal are replaced by
+   freshly generated ones, at most `max_rounds` extra generation batches per step (`dynamic_sampling`); logged:
+   `dynamic_sampling/zero_std_frac`, `/extra_generations`, `/informative_frac`.
+6. Logging: reward histograms by constraint type (`reward_hist/<type>/<bin>` counts in metrics.jsonl, wandb
    histograms), beta each step; `kl` and `kl_p95` on both paths with one meaning (`_record_kl`); TRL already logs
    per-reward means, completion lengths, clip ratios and the fraction of zero-std groups.
 """
@@ -33,6 +36,8 @@ from transformers import TrainerCallback
 from trl import GRPOConfig, GRPOTrainer
 from trl.models.utils import _ForwardRedirection
 
+from posttrain.algos.grpo.dynamic_sampling import DynamicSamplingMixin
+from posttrain.algos.grpo.entropy_control import applied_entropy_coef, update_entropy_control
 from posttrain.algos.grpo.kl_control import AdaptiveBeta
 from posttrain.algos.grpo.policy_forward import (
     add_mask_position_ids,
@@ -56,8 +61,19 @@ from posttrain.kernels import (
 )
 from posttrain.rollout.engine import RolloutEngine
 
+# GRPOConfig loss knobs the kernel path reads from `self.args` under TRL's names (the others are trainer attributes)
+LOSS_ARGS = (
+    "delta",
+    "sapo_temperature_pos",
+    "sapo_temperature_neg",
+    "vespo_k_pos",
+    "vespo_lambda_pos",
+    "vespo_k_neg",
+    "vespo_lambda_neg",
+)
 
-class PosttrainGRPOTrainer(AtomicCheckpointMixin, GRPOTrainer):
+
+class PosttrainGRPOTrainer(AtomicCheckpointMixin, DynamicSamplingMixin, GRPOTrainer):
     args: GRPOConfig
     heldout_before: dict[str, Any] | None = None  # held-out accuracy of the starting model (data.heldout)
 
@@ -68,6 +84,7 @@ class PosttrainGRPOTrainer(AtomicCheckpointMixin, GRPOTrainer):
         kl_estimator: str = "k3",
         kl_controller: AdaptiveBeta | None = None,
         reward_hist_default: str = "all",
+        dynamic_sampling_rounds: int = 0,
         **kwargs,
     ):
         own_fp32_head = take_over_fp32_head(kwargs.get("args"), kwargs.get("model"))
@@ -90,6 +107,7 @@ class PosttrainGRPOTrainer(AtomicCheckpointMixin, GRPOTrainer):
         self._step_beta = self.beta  # the beta the current optimizer step's loss uses, logged with that step
         self._step_kls_from = 0  # where the current step's entries start in `_metrics["train"]["kl"]`
         self.add_callback(_AfterOptimizerStep(self._after_optimizer_step))
+        self.dynamic_sampling_rounds = dynamic_sampling_rounds  # 0: off; else the cap on extra generation batches
         self.rollout: RolloutEngine | None = None  # a merged-copy backend's engine (`attach_rollout`)
         self._rollout_step = self.state.global_step
         if kl_controller is not None:
@@ -214,35 +232,40 @@ class PosttrainGRPOTrainer(AtomicCheckpointMixin, GRPOTrainer):
     def _kernel_loss(self, model, inputs: dict[str, Any]) -> torch.Tensor:
         # Through the wrapper's forward (as TRL's distillation trainer does): DDP then all-reduces the gradients,
         # FSDP and DeepSpeed gather what they shard. Collectives for the metrics run after it, outside.
-        unwrapped = self.accelerator.unwrap_model(model)
-        loss, stats, kl, aux_loss, entropy = self._forward_redirection(
-            model, unwrapped, self._kernel_forward, unwrapped, inputs
-        )
         mask = inputs["completion_mask"]
         mode = "train" if self.model.training else "eval"
-        if entropy is not None:  # TRL's `entropy` metric, from the kernel's own pass (fused)
-            self._metrics[mode]["entropy"].append(global_masked_mean(self.accelerator, entropy, mask))
         accum = self.current_gradient_accumulation_steps if mode == "train" else 1.0
-        if self.loss_type == "dapo":  # TRL normalises DAPO by the tokens of the whole accumulation window
-            window = inputs["num_items_in_batch"].clamp(min=1.0) / self.accelerator.num_processes
-            if mode == "train":
-                window = window * accum / self.args.steps_per_generation
-            loss = loss * mask.sum().clamp(min=1.0) / window
-        else:
-            loss = loss / accum
+        # TRL's normaliser of the window_tokens loss types (dapo, cispo, vespo): the whole accumulation window's tokens
+        window = inputs["num_items_in_batch"].clamp(min=1.0) / self.accelerator.num_processes
+        if mode == "train":
+            window = window * accum / self.args.steps_per_generation
+        unwrapped = self.accelerator.unwrap_model(model)
+        loss, stats, kl, aux_loss, entropy = self._forward_redirection(
+            model, unwrapped, self._kernel_forward, unwrapped, inputs, window, accum
+        )
+        if entropy is not None:  # TRL's `entropy` metric, from the kernel's own pass
+            self._metrics[mode]["entropy"].append(global_masked_mean(self.accelerator, entropy, mask))
+        update_entropy_control(self, mode, stats, torch.tensor(stats["policy_loss"], device=mask.device))
         if aux_loss is not None:  # TRL: the router loss is scaled for accumulation like the policy loss
             loss = loss + self.router_aux_loss_coef * aux_loss / accum
             self._metrics[mode]["aux_loss"].append(self.accelerator.gather_for_metrics(aux_loss).mean().item())
         self._record_kl(mode, kl, mask)
-        # TRL's clip metrics: means over every process's tokens (over sequences at sequence level)
-        count = mask.sum() if self.importance_sampling_level == "token" else torch.tensor(float(mask.size(0)))
-        count = count.to(device=mask.device, dtype=torch.float32)
-        names = {"clip_ratio": "region_mean", "clip_ratio/low_mean": "low_mean", "clip_ratio/high_mean": "high_mean"}
+        # TRL's ratio metrics: means over every process's tokens (over sequences at sequence level; vespo's weight
+        # is one per sequence)
+        tokens = mask.sum() if self.importance_sampling_level == "token" else torch.tensor(float(mask.size(0)))
+        names = {
+            "clip_ratio": "clip_ratio/region_mean",
+            "clip_ratio/low_mean": "clip_ratio/low_mean",
+            "clip_ratio/high_mean": "clip_ratio/high_mean",
+            "cispo_clip_ratio": "cispo_clip_ratio",
+            "vespo/phi_seq_mean": "vespo/phi_seq_mean",
+        }
         for key, name in names.items():
             if key in stats:
-                local = torch.tensor([stats[key], 1.0], device=mask.device) * count
+                count = torch.tensor(float(mask.size(0))) if key.startswith("vespo") else tokens
+                local = torch.tensor([stats[key], 1.0], device=mask.device) * count.to(mask.device, torch.float32)
                 totals = self.accelerator.reduce(local, reduction="sum")
-                self._metrics[mode][f"clip_ratio/{name}"].append((totals[0] / totals[1].clamp(min=1.0)).item())
+                self._metrics[mode][name].append((totals[0] / totals[1].clamp(min=1.0)).item())
         return loss
 
     def _completion_hidden(
@@ -262,8 +285,9 @@ class PosttrainGRPOTrainer(AtomicCheckpointMixin, GRPOTrainer):
         t = inputs["completion_ids"].size(1)
         return out.last_hidden_state[:, -t - 1 : -1], aux_loss
 
-    def _kernel_forward(self, unwrapped, inputs: dict[str, Any]):
-        """Backbone, then `posttrain.kernels.grpo_loss` on the completion positions; runs as the model's forward."""
+    def _kernel_forward(self, unwrapped, inputs: dict[str, Any], window: torch.Tensor, accum: float):
+        """Backbone, then `posttrain.kernels.grpo_loss` on the completion positions; runs as the model's forward.
+        `window`, `accum`: TRL's normalisers for this micro-batch (`policy_loss_from_logps`)."""
         completion_ids, mask = inputs["completion_ids"], inputs["completion_mask"]
         lm = causal_lm(unwrapped)
         hidden, aux_loss = self._completion_hidden(lm, inputs)
@@ -294,8 +318,16 @@ class PosttrainGRPOTrainer(AtomicCheckpointMixin, GRPOTrainer):
                 max_completion_length=self.max_completion_length,
                 kl_bias_correction=self.args.use_bias_correction_kl,
                 vllm_is_ratio=vllm_is,
+                off_policy_mask_threshold=self.off_policy_mask_threshold,
+                sampling_logps=inputs.get("sampling_per_token_logps"),
+                top_entropy_quantile=self.top_entropy_quantile,
+                entropy_coef=applied_entropy_coef(self),
+                entropy_mask_fn=self.get_high_entropy_mask,  # TRL's: the quantile over every process
+                window_tokens=window,
+                accumulation_steps=accum,
                 return_logps=True,
                 return_entropy=True,
+                **{k: getattr(self.args, k) for k in LOSS_ARGS},
             )
         kl = None
         if ref is not None and self.beta != 0.0:
