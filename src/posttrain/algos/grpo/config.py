@@ -92,6 +92,9 @@ class GRPOAlgoConfig:
     ref_model_sync_steps: int = num(512, gt=0)
     # vLLM rollouts: the policy term times pi_old / pi_vllm, per token or sequence, truncated or masked to [min, max]
     vllm_importance_sampling_correction: bool = True
+    # the same correction for a merged rollout copy (generation.backend bf16_copy | static), with the mode and
+    # bounds below: an extra policy pass per generation batch (posttrain.algos.grpo.sampler_mismatch)
+    sampler_correction: bool = False
     vllm_importance_sampling_mode: str = "sequence_mask"  # token_truncate | token_mask | sequence_truncate | ..._mask
     vllm_importance_sampling_clip_min: float | None = num(None, ge=0, note="or null: no lower bound")
     vllm_importance_sampling_clip_max: float | None = num(3.0, gt=0, note="or null: no upper bound")
@@ -136,6 +139,12 @@ def validate_grpo(cfg: DictConfig) -> None:
         raise ConfigError(
             f"algo.generation.backend={rollout.name} keeps a whole copy of the policy per process, which "
             f"hw.accelerate_config={cfg.hw.accelerate_config} shards: use hf or vllm"
+        )
+    if algo.sampler_correction and not rollout.merged_copy:
+        hint = "vllm_importance_sampling_correction" if rollout.name == "vllm" else "bf16_copy or static"
+        raise ConfigError(
+            f"algo.sampler_correction=true corrects a merged rollout copy; algo.generation.backend={rollout.name} "
+            f"samples from {'vLLM' if rollout.name == 'vllm' else 'the policy itself'} (use {hint})"
         )
     if algo.dynamic_sampling.enabled and cfg.hw.num_devices > 1:
         raise ConfigError("algo.dynamic_sampling.enabled=true runs on one process (hw.num_devices=1)")

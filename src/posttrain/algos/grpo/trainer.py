@@ -13,6 +13,8 @@
 4. Rollouts from a `posttrain.rollout` engine when `algo.generation.backend` is a merged-copy backend (`bf16_copy`,
    `static`): the copy is re-synced once per optimizer step before it samples; the sync time and the sampling
    rate are logged (`rollout/sync_seconds`, `rollout/tokens_per_second`). `hf` and `vllm` stay TRL's own paths.
+   The copy's log-probs against the learner's are logged every step and, with `algo.sampler_correction`, importance-
+   sampled away as TRL does for vLLM (`sampler_mismatch`).
 5. DAPO dynamic sampling (`algo.dynamic_sampling.enabled`): groups whose rewards are all equal are replaced by
    freshly generated ones, at most `max_rounds` extra generation batches per step (`dynamic_sampling`); logged:
    `dynamic_sampling/zero_std_frac`, `/extra_generations`, `/informative_frac`.
@@ -50,6 +52,7 @@ from posttrain.algos.grpo.policy_forward import (
     take_over_fp32_head,
 )
 from posttrain.algos.grpo.reward_hist import RewardHistogram, constraint_types, total_range
+from posttrain.algos.grpo.sampler_mismatch import add_correction, record_mismatch, trl_applies_ratio
 from posttrain.checkpoints import AtomicCheckpointMixin
 from posttrain.errors import TrainingError
 from posttrain.guards import check_finite_loss, check_finite_weights
@@ -85,6 +88,7 @@ class PosttrainGRPOTrainer(AtomicCheckpointMixin, DynamicSamplingMixin, GRPOTrai
         kl_controller: AdaptiveBeta | None = None,
         reward_hist_default: str = "all",
         dynamic_sampling_rounds: int = 0,
+        sampler_correction: bool = False,
         **kwargs,
     ):
         own_fp32_head = take_over_fp32_head(kwargs.get("args"), kwargs.get("model"))
@@ -108,6 +112,7 @@ class PosttrainGRPOTrainer(AtomicCheckpointMixin, DynamicSamplingMixin, GRPOTrai
         self._step_kls_from = 0  # where the current step's entries start in `_metrics["train"]["kl"]`
         self.add_callback(_AfterOptimizerStep(self._after_optimizer_step))
         self.dynamic_sampling_rounds = dynamic_sampling_rounds  # 0: off; else the cap on extra generation batches
+        self.sampler_correction = sampler_correction  # importance-sample a rollout copy's samples (sampler_mismatch)
         self.rollout: RolloutEngine | None = None  # a merged-copy backend's engine (`attach_rollout`)
         self._rollout_step = self.state.global_step
         if kl_controller is not None:
@@ -118,10 +123,12 @@ class PosttrainGRPOTrainer(AtomicCheckpointMixin, DynamicSamplingMixin, GRPOTrai
         if self.kernel_backend == "trl":
             self._capture_policy_logps = True
             try:
-                loss = super()._compute_loss(model, inputs)
+                with trl_applies_ratio(self, inputs):
+                    loss = super()._compute_loss(model, inputs)
             finally:
                 self._capture_policy_logps = False
             self._record_trl_kl(inputs)
+            self._record_sampler_mismatch(inputs, self._policy_logps)
         else:
             loss = self._kernel_loss(model, inputs)
         check_finite_loss(loss, self.state.global_step + 1)
@@ -201,6 +208,14 @@ class PosttrainGRPOTrainer(AtomicCheckpointMixin, DynamicSamplingMixin, GRPOTrai
                 )
         return torch.cat(out)
 
+    def _record_sampler_mismatch(self, inputs: dict[str, Any], policy_logps: torch.Tensor) -> None:
+        """The rollout copy's log-probs against the learner's (`sampler_mismatch`); vLLM's TRL logs itself."""
+        sampler = inputs.get("sampling_per_token_logps")
+        if sampler is None or self.use_vllm:
+            return
+        learner = inputs.get("old_per_token_logps", policy_logps)
+        record_mismatch(self, "train" if self.model.training else "eval", learner, sampler, inputs["completion_mask"])
+
     def _record_trl_kl(self, inputs: dict[str, Any]) -> None:
         """`kl_p95` for TRL's path (TRL logs `kl` itself when beta != 0, the same quantity as `_record_kl`'s)."""
         mode = "train" if self.model.training else "eval"
@@ -240,9 +255,10 @@ class PosttrainGRPOTrainer(AtomicCheckpointMixin, DynamicSamplingMixin, GRPOTrai
         if mode == "train":
             window = window * accum / self.args.steps_per_generation
         unwrapped = self.accelerator.unwrap_model(model)
-        loss, stats, kl, aux_loss, entropy = self._forward_redirection(
+        loss, stats, kl, aux_loss, entropy, logps = self._forward_redirection(
             model, unwrapped, self._kernel_forward, unwrapped, inputs, window, accum
         )
+        self._record_sampler_mismatch(inputs, logps.detach())
         if entropy is not None:  # TRL's `entropy` metric, from the kernel's own pass
             self._metrics[mode]["entropy"].append(global_masked_mean(self.accelerator, entropy, mask))
         update_entropy_control(self, mode, stats, torch.tensor(stats["policy_loss"], device=mask.device))
@@ -295,9 +311,8 @@ class PosttrainGRPOTrainer(AtomicCheckpointMixin, DynamicSamplingMixin, GRPOTrai
         if isinstance(weight, DTensor):  # FSDP2 outside its unsharded forward: the full head, as TRL does
             weight = weight.full_tensor()
         old, ref = inputs.get("old_per_token_logps"), inputs.get("ref_per_token_logps")
-        vllm_is = None
-        if self.use_vllm and self.vllm_importance_sampling_correction:  # TRL's correction of vLLM's sampling
-            vllm_is = inputs["importance_sampling_ratio"]
+        # TRL's correction of vLLM's sampling, or posttrain's of a rollout copy's (`sampler_mismatch.add_correction`)
+        vllm_is = inputs.get("importance_sampling_ratio")
         with lm_head_gathered(weight):  # ZeRO-3: the head is read directly, so gather it (TRL's helper)
             loss, stats, logps, entropy = grpo_loss(
                 hidden.to(weight.device),
@@ -340,7 +355,7 @@ class PosttrainGRPOTrainer(AtomicCheckpointMixin, DynamicSamplingMixin, GRPOTrai
                 kl_bias_correction=self.args.use_bias_correction_kl,
                 importance_sampling_level=self.importance_sampling_level,
             )
-        return loss, stats, kl, aux_loss, entropy
+        return loss, stats, kl, aux_loss, entropy, logps
 
     def attach_rollout(self, engine: RolloutEngine | None) -> None:
         """Sample from `engine` (its copy in step with the policy as of now) instead of TRL's `generate`."""
@@ -366,7 +381,10 @@ class PosttrainGRPOTrainer(AtomicCheckpointMixin, DynamicSamplingMixin, GRPOTrai
 
     def _generate_and_score_completions(self, inputs):
         try:
-            return super()._generate_and_score_completions(inputs)
+            scored = super()._generate_and_score_completions(inputs)
+            if self.sampler_correction:
+                add_correction(self, scored)
+            return scored
         except RuntimeError as ex:
             # NaN/inf weights or overflowing logits (a diverged update) break sampling before any loss: say so
             step = self.state.global_step + 1
