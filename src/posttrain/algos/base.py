@@ -37,25 +37,44 @@ if TYPE_CHECKING:
 
 @dataclass
 class Workload:
-    """What one training micro-step of an algorithm puts through the model, per device (the memory plan's input)."""
+    """What one training micro-step of an algorithm puts through the model, per device (the memory plan's input).
+
+    Lengths are the longest the data forms when the algorithm can measure them (its data tokenized with the run's
+    tokenizer, when that tokenizer is at hand without a download), else the config's bounds; `note` says which."""
 
     seqs: int  # sequences in one forward/backward
     seq_len: int
-    logit_tokens: int  # tokens per sequence whose logits the loss needs (0: no LM loss)
+    logit_tokens: float  # positions per logit row whose logits the loss forms, a mean where rows differ (0: none)
     note: str  # one line for the plan table ("8 completions/micro-batch; ...")
     train_mode: str = "lora"  # lora | full | frozen (the base model does not train)
     loss_backend: str = "eager"  # how the LM-head logits are held: a posttrain.kernels backend, `trl`, or eager
     kernels_apply: bool = False  # `kernels=<backend>` changes the loss (the plan may suggest another backend)
     batch_multiple: int = 1  # per-device batch x grad_accum x devices must be a multiple of this
+    logit_rows: int | None = None  # sequences whose logits the loss forms (None: all `seqs`)
+    # linear layers whose inputs the backward keeps for an adapter that is not a base weight (PEFT LoRA targets,
+    # D2L's generated LoRA); None: model.lora.target_modules when train_mode is lora, none otherwise
+    adapted_modules: tuple[str, ...] | None = None
+    head_weight_fp32: bool = False  # the output projection's weight is held in fp32 (TRL's cast_lm_head_to_fp32)
+    head_compute_fp32: bool = False  # the LM head's projection runs in fp32 (upcast weight tiles when not fp32)
+    score_seqs: int = 0  # rows per no-grad log-prob pass over whole sequences (GRPO's reference/old log-probs)
     gen_seqs: int = 0  # sequences generated in one round with HF generate (0: no generation here)
     gen_len: int = 0
     gen_prompt_len: int = 0
     vllm_colocated: bool = False  # a colocated vLLM engine holds `hw.vllm_gpu_memory_utilization` of the device
     ref_copy: bool = False  # a frozen full copy of the base model (reference policy)
-    rollout_copy: bool = False  # a bf16 copy of the policy that generates, plus its packed linear weights (CPU)
+    rollout_copy_dtype: str | None = None  # a merged copy of the policy that generates, in this dtype (None: none)
+    rollout_packed: bool = False  # the copy's linear weights are also held in oneDNN's packed layout (CPU bf16)
+    static_cache_len: int = 0  # positions of the copy's StaticCache per generated sequence (all layers full-length)
     encoder_copy: bool = False  # a frozen full copy of the base model (context encoder)
     encoder_seqs: int = 0
     encoder_len: int = 0
+    encoder_layers: int = 0  # decoder layers the encoder runs (0: all)
+    # bytes the algorithm's own modules keep from the forward to the backward (D2L's hypernet input, ...), and the
+    # bytes its loss's backward adds before the layers' (pooled-state gradients, ...), counted by the algorithm
+    extra_kept_bytes: float = 0.0
+    extra_top_bytes: float = 0.0
+    extra_forward_bytes: float = 0.0  # the peak of the algorithm's own forward before the base model runs
+    extra_note: str = ""
     extra_trainable: int = 0  # trainable parameters outside the base model (hypernetwork, projection head)
     # `key=value` overrides of this algorithm's own keys that cut memory, tried by the plan's suggestion
     memory_options: tuple[str, ...] = ()

@@ -10,7 +10,13 @@ from omegaconf import DictConfig
 from posttrain.hardware.memory import GIB, Plan, plan
 from posttrain.hardware.suggest import suggest
 
-PHASES = {"persistent": "resident", "train": "forward/backward", "generate": "generation", "step": "optimizer step"}
+PHASES = {
+    "persistent": "resident",
+    "train": "forward/backward",
+    "score": "log-prob pass",
+    "generate": "generation",
+    "step": "optimizer step",
+}
 
 
 def plan_summary(cfg: DictConfig) -> tuple[Plan, dict[str, Any]]:
@@ -27,6 +33,8 @@ def plan_summary(cfg: DictConfig) -> tuple[Plan, dict[str, Any]]:
         "params_trainable": c.trainable + result.work.extra_trainable,
         "train_mode": result.extra["train_mode"],
         "peak_gib": round(result.peak_bytes / GIB, 3),
+        # the peak without hw.overhead_gib: what torch.cuda.max_memory_allocated measures
+        "tensor_gib": round(result.tensor_bytes / GIB, 3),
         "peak_phase": result.peak_phase,
         "device_gib": float(cfg.hw.device_gib),
         "num_devices": int(cfg.hw.num_devices),

@@ -48,35 +48,67 @@ class GRPO(Algorithm):
         return applied
 
     def workload(self, cfg: DictConfig) -> Workload:
-        """`trainer.per_device_batch_size` counts *completions* (TRL's convention): prompts x num_generations. A
-        generation round produces per_device_batch x grad_accum completions at once (TRL's steps_per_generation),
-        whose KV cache (or a colocated vLLM) is held while the optimizer states are resident. The loss needs logits
-        of the completion tokens only. A frozen reference copy exists when beta > 0 and the whole model trains
-        (with LoRA the reference is the base with adapters disabled: no copy)."""
+        """`trainer.per_device_batch_size` counts *completions* (TRL's convention): prompts x num_generations.
+
+        TRL left-pads a generation batch's prompts to its longest one: the longest prompt of the data (measured with
+        the run's tokenizer when it is at hand, else `algo.max_prompt_length`), plus `max_completion_length`. A
+        generation round produces per_device_batch x grad_accum completions at once (TRL's steps_per_generation):
+        their KV cache, a colocated vLLM, or the merged rollout copy with its static cache. The loss scores the
+        completion tokens: with `kernels=trl` through TRL's fused head, whose weight TRL casts to fp32 in bf16
+        training (for a PEFT model with a tied head the trainer upcasts it tile by tile instead:
+        `policy_forward.fp32_fused_head`). A frozen reference copy exists when beta > 0 and the whole model trains
+        (with LoRA the reference is the base with adapters disabled: no copy); the reference (and, with
+        num_iterations > 1 or vLLM's importance sampling, the old-policy) log-probs are no-grad passes over whole
+        sequences, per_device_batch rows at a time."""
+        from posttrain.kernels.registry import BACKENDS
+        from posttrain.models import hf_config
+        from posttrain.rollout import BACKENDS as ROLLOUT_BACKENDS
+        from posttrain.rollout import copy_dtype
+
         algo, batch = cfg.algo, int(cfg.trainer.per_device_batch_size)
         k = int(algo.num_generations)
-        seq = int(algo.max_prompt_length) + int(algo.max_completion_length)
+        longest = _longest_prompt(cfg)
+        prompt = longest or int(algo.max_prompt_length)
+        completion = int(algo.max_completion_length)
+        seq = prompt + completion
         gen = batch * int(cfg.trainer.grad_accum)
         prompts = f"{gen / k:g}" if gen % k else str(gen // k)
-        vllm = algo.generation.backend == "vllm"
+        backend = cfg.kernels.backend
+        gen_backend = algo.generation.backend
+        vllm = gen_backend == "vllm"
+        lora = bool(cfg.model.lora.enabled)
+        # GRPOConfig.cast_lm_head_to_fp32 (build.grpo_args): in bf16/fp16 training on TRL's loss path
+        cast = cfg.hw.precision != "fp32" and not (backend in BACKENDS and BACKENDS[backend].fp32_softmax)
+        tied = bool(getattr(hf_config(cfg.model), "tie_word_embeddings", False))
+        copy = ROLLOUT_BACKENDS[gen_backend].merged_copy
+        static_len = 0
+        if gen_backend == "static":
+            static_len = int(algo.max_prompt_length) + completion
+        lengths = f"longest prompt of data={cfg.data.name}: {longest}" if longest else "algo.max_prompt_length"
         return Workload(
             seqs=batch,
             seq_len=seq,
-            logit_tokens=int(algo.max_completion_length) + 1,
-            note=f"{batch} completions/micro-batch; rollout {gen} = {prompts} prompts x {k} generations",
-            train_mode="lora" if cfg.model.lora.enabled else "full",
-            loss_backend=cfg.kernels.backend,
+            logit_tokens=completion,
+            note=f"{batch} completions/micro-batch; rollout {gen} = {prompts} prompts x {k} generations; "
+            f"prompt {prompt} tokens ({lengths})",
+            train_mode="lora" if lora else "full",
+            loss_backend=backend,
             kernels_apply=True,
             batch_multiple=k,
+            head_weight_fp32=cast and not (lora and tied),
+            head_compute_fp32=cast,
+            score_seqs=batch if float(algo.beta) > 0 or int(algo.num_iterations) > 1 or vllm else 0,
             gen_seqs=0 if vllm else gen,
             gen_len=seq,
-            gen_prompt_len=int(algo.max_prompt_length),
+            gen_prompt_len=prompt,
             vllm_colocated=vllm and algo.generation.vllm_mode == "colocate",
             memory_options=("algo.generation.vllm_mode=server",)
             if vllm and algo.generation.vllm_mode == "colocate"
             else (),
-            ref_copy=float(algo.beta) > 0 and not cfg.model.lora.enabled,
-            rollout_copy=algo.generation.backend == "bf16_copy",
+            ref_copy=float(algo.beta) > 0 and not lora,
+            rollout_copy_dtype=copy_dtype(gen_backend, cfg.hw.precision) if copy else None,
+            rollout_packed=copy and cfg.hw.device == "cpu" and copy_dtype(gen_backend, cfg.hw.precision) == "bfloat16",
+            static_cache_len=static_len,
         )
 
     def build_trainer(self, cfg: DictConfig, run_dir: Path, callbacks: list) -> Any:
@@ -94,6 +126,25 @@ class GRPO(Algorithm):
         from posttrain.algos.grpo.evaluate import evaluate
 
         return evaluate(cfg, run_dir, checkpoint)
+
+
+def _longest_prompt(cfg: DictConfig) -> int | None:
+    """Tokens of the data's longest prompt (chat template and generation prompt applied), or None when the run's
+    tokenizer or data is not at hand (`posttrain.hardware.lengths`)."""
+    from posttrain.errors import UserError
+    from posttrain.hardware.lengths import measured
+
+    def measure(tokenizer) -> int:
+        from posttrain.data import build_grpo_dataset
+        from posttrain.data.grpo import prompt_length
+
+        ds = build_grpo_dataset(cfg.data, tokenizer, int(cfg.algo.max_prompt_length))
+        return max(prompt_length(tokenizer, p) for p in ds["prompt"])
+
+    try:
+        return measured(cfg, ("algo.max_prompt_length",), measure)
+    except UserError:  # data the run would refuse: planned with the bound, the run reports the data error
+        return None
 
 
 ALGORITHM = GRPO()
