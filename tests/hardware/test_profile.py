@@ -25,7 +25,7 @@ def test_profiles_compose_with_required_settings(compose, hw):
     assert cfg.hw.precision == ("fp32" if hw == "cpu" else "bf16")  # cpu: auto, and the default model is tiny
     assert dict(cfg.hw.attn_implementation) == {"gpt_oss": "eager", "llama": "sdpa"}
     if cfg.hw.device == "cuda":
-        assert cfg.hw.tf32 and cfg.hw.gradient_checkpointing and "expandable_segments" in cfg.hw.alloc_conf
+        assert cfg.hw.tf32 and cfg.hw.gradient_checkpointing is None and "expandable_segments" in cfg.hw.alloc_conf
         assert cfg.hw.vllm_mode == "colocate" and cfg.hw.accelerate_config
         assert "adamw" in cfg.hw.optimizer and cfg.hw.per_device_batch_size
 
@@ -223,3 +223,27 @@ def test_more_than_one_device_names_launcher_and_sharding(compose):
     assert cmd == "python -m posttrain.launch hw=a100 hw.num_devices=4"
     assert sharding(four.hw) == "grads+optimizer"
     assert sharding(compose("hw=h200", "hw.num_devices=8").hw) == "all"
+
+
+@pytest.mark.parametrize(
+    ("overrides", "expected"),
+    [
+        (("model=gpt_oss", "hw=h200"), False),  # 20B LoRA GRPO fits 140 GiB without recomputing
+        (("model=gpt_oss", "hw=a100"), True),
+        (("model=llama3_2_1b", "hw=rtx4090"), False),
+        (("model=llama3_1_8b", "hw=rtx4090"), True),
+    ],
+)
+def test_gpu_profiles_checkpoint_only_where_the_plan_needs_it(compose, overrides, expected):
+    from posttrain.hardware.memory import plan
+
+    cfg = compose(*overrides)
+    applied = apply_profile(cfg, overrides=set())
+    assert cfg.hw.gradient_checkpointing is expected and applied["hw.gradient_checkpointing"] is expected
+    without = cfg.copy()
+    without.hw.gradient_checkpointing = False
+    assert plan(without).fits is not expected  # on exactly when the plan without it does not fit
+    assert plan(cfg).fits or expected
+    forced = compose(*overrides, "hw.gradient_checkpointing=true")
+    apply_profile(forced, overrides=set())
+    assert forced.hw.gradient_checkpointing is True  # the command line wins

@@ -97,7 +97,8 @@ class HwConfig:
     num_devices: int = num(MISSING, gt=0)
     precision: str = MISSING  # fp32 | bf16 | fp16 | auto (bf16 for pretrained models on AMX CPUs, else fp32)
     tf32: bool = MISSING
-    gradient_checkpointing: bool = MISSING
+    # activation checkpointing; null: only where the memory plan needs it (hardware.profile.resolve_checkpointing)
+    gradient_checkpointing: bool | None = MISSING
     alloc_conf: str | None = MISSING  # PYTORCH_CUDA_ALLOC_CONF
     optimizer: str = MISSING
     optimizer_fallback: str | None = MISSING  # used when `optimizer` needs bitsandbytes and it is not installed

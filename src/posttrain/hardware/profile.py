@@ -9,6 +9,9 @@ What a profile decides and where it lands:
 - attention: `model.attn_implementation` from `hw.attn_implementation[family]` when the model file leaves it null
   (`hw.bf16_attn_implementation[family]` instead when training runs in bf16).
 - gradient checkpointing (`use_reentrant=False`): `posttrain.training_args.gradient_checkpointing` (HF Trainer).
+  `hw.gradient_checkpointing: null` (the GPU profiles) resolves here, last: on when the memory plan without it does
+  not fit the device, off otherwise (it costs a recomputed forward per step). The model file or the command line
+  can still force it (`model.gradient_checkpointing=true`, `hw.gradient_checkpointing=true|false`).
 - `PYTORCH_CUDA_ALLOC_CONF`: set here (before the first CUDA allocation).
 - CPU threads: `hw.threads` -> `torch.set_num_threads` here (null: torch's default, one per core; 0: the cores
   other jobs leave idle when the run starts, `idle_cores`).
@@ -127,7 +130,21 @@ def apply_profile(cfg: DictConfig, overrides: set[str] | None = None) -> dict[st
     if hw.alloc_conf and hw.device == "cuda":
         os.environ.setdefault("PYTORCH_CUDA_ALLOC_CONF", hw.alloc_conf)
         applied["PYTORCH_CUDA_ALLOC_CONF"] = os.environ["PYTORCH_CUDA_ALLOC_CONF"]
+    if hw.gradient_checkpointing is None:
+        with open_dict(cfg):
+            hw.gradient_checkpointing = needs_checkpointing(cfg)
+        applied["hw.gradient_checkpointing"] = hw.gradient_checkpointing
     return applied
+
+
+def needs_checkpointing(cfg: DictConfig) -> bool:
+    """Whether the memory plan, without activation checkpointing, exceeds the device (`cfg` left unchanged)."""
+    from posttrain.hardware.memory import plan
+
+    trial = cfg.copy()
+    with open_dict(trial):
+        trial.hw.gradient_checkpointing = False
+    return not plan(trial).fits
 
 
 def sharding(hw: DictConfig) -> str:
