@@ -1,242 +1,263 @@
-"""Tables and plot of experiments/contrastive_smollm2 from its results files, with 95% bootstrap CIs over examples.
+"""Tables and plots of experiments/contrastive_smollm2 (SecAlign-style arms) from the files its runs leave.
 
-    python experiments/contrastive_smollm2/report.py        # prints the tables, writes results/report.md + .png
+    python experiments/contrastive_smollm2/report.py                      # results/secalign -> report.md + png
+    python experiments/contrastive_smollm2/report.py --results <dir>      # e.g. runs/contrastive_smollm2_tiny/results
 
-Reads results/<run>/eval_{init,before,after}.jsonl (one record per eval triplet, written by the runs) and
-summary.json / metrics.jsonl / time_v.txt / loadavg.txt. Every number in the README comes from this output.
+Reads <dir>/base/eval_init.jsonl and <dir>/<arm>_s<seed>/eval_after.jsonl (one record per eval item, written by
+`run.sh`), the ifeval_*.jsonl beside them, summary.json (layer similarities) and time_v.txt. Intervals are 95%
+percentile bootstraps that resample whole task instances (`posttrain.algos.contrastive.stats`); differences are
+paired over the same eval items. Writes <dir>/report.md, <dir>/asr_by_family.png and <dir>/layers.png.
 """
 
 from __future__ import annotations
 
+import argparse
 import json
-import random
 import re
 import sys
-from collections import defaultdict
 from pathlib import Path
 
+from posttrain.algos.contrastive.stats import group_means, paired_difference
+
 HERE = Path(__file__).resolve().parent
-RES = HERE / "results"
-N_BOOT = 10_000
-METRICS = (  # record key -> column
-    ("attack_success", "held-out ASR"),
-    ("benign_word", "benign utility (word)"),
-    ("benign_exact", "benign utility (exact)"),
-    ("injected_word", "utility under injection (word)"),
-)
+ARMS = ("sft", "sft_inv", "dpo", "dpo_inv", "detection")  # run.sh's order
+PAIRS = (("sft_inv", "sft"), ("dpo_inv", "dpo"), ("dpo", "sft"), ("detection", "sft"))  # same seed, same items
+FAMILIES = ("naive", "ignore", "completion", "escape", "combined")
 
 
 def load(path: Path) -> list[dict]:
     return [json.loads(ln) for ln in path.read_text().splitlines() if ln.strip()]
 
 
-def mean(xs: list[float]) -> float:
-    return sum(xs) / len(xs)
-
-
-def ci(xs: list[float], seed: int = 0) -> tuple[float, float]:
-    """Percentile bootstrap 95% CI of the mean, resampling examples."""
-    rng = random.Random(seed)
-    n = len(xs)
-    means = sorted(sum(rng.choices(xs, k=n)) / n for _ in range(N_BOOT))
-    return means[int(0.025 * N_BOOT)], means[int(0.975 * N_BOOT) - 1]
-
-
-def fmt(xs: list[float]) -> str:
-    lo, hi = ci(xs)
-    return f"{mean(xs):.3f} [{lo:.3f}, {hi:.3f}]"
-
-
-ORDER = (  # run.sh's order; other folders follow by name
-    "base",
-    "contrastive_s0",
-    "contrastive_s1",
-    "lm_only_s0",
-    "lm_only_s1",
-    "contrastive_lminj_s0",
-    "lm_only_lminj_s0",
-    "contrastive_w01_s0",
-)
-
-
-def runs() -> dict[str, Path]:
-    def key(p: Path) -> tuple[int, str]:
-        return (ORDER.index(p.name) if p.name in ORDER else len(ORDER), p.name)
-
-    return {p.name: p for p in sorted(RES.iterdir(), key=key) if p.is_dir()}
-
-
-def label(name: str) -> tuple[str, str]:
-    m = re.fullmatch(r"(.+)_s(\d+)", name)
-    return (m.group(1), m.group(2)) if m else (name, "-")
-
-
-def base_table(out: list[str]) -> None:
-    """The base model on every task kind and attack type (results/base/eval_init.jsonl)."""
-    path = RES / "base" / "eval_init.jsonl"
-    if not path.is_file():
-        return
-    recs = load(path)
-    out.append(f"### Base model, every task kind and attack type (n={len(recs)}, results/base/eval_init.jsonl)\n")
-    out.append("| group | n | ASR [95% CI] | benign utility, word [95% CI] | benign utility, exact |")
-    out.append("|---|---|---|---|---|")
-    groups: dict[str, list[dict]] = defaultdict(list)
-    for r in recs:
-        groups["all"].append(r)
-        groups[f"task={r['task']}"].append(r)
-        groups[f"attack={r['attack_type']}"].append(r)
-        groups["held-out templates + witnesses" if r["heldout"] else "training templates + witnesses"].append(r)
-    order = ["all"] + sorted(g for g in groups if g != "all")
-    for g in order:
-        rs = groups[g]
-        asr = [float(r["attack_success"]) for r in rs]
-        util = [float(r["benign_word"]) for r in rs]
-        exact = mean([float(r["benign_exact"]) for r in rs])
-        out.append(f"| {g} | {len(rs)} | {fmt(asr)} | {fmt(util)} | {exact:.3f} |")
-    out.append("")
-
-
-def main_table(out: list[str]) -> dict[str, dict]:
-    """Before (the base model: every run's eval_before is the same) and after, per run."""
-    rows: dict[str, dict] = {}
-    for name, path in runs().items():
-        if name == "base":
+def runs(res: Path) -> dict[str, dict]:
+    """{run name: {records, ifeval, summary, arm, seed}} for base and every arm_s<seed> folder with records."""
+    out = {}
+    for folder in sorted(res.iterdir()):
+        m = re.fullmatch(r"(.+)_s(\d+)", folder.name)
+        records = folder / ("eval_init.jsonl" if folder.name == "base" else "eval_after.jsonl")
+        if not records.is_file() or (folder.name != "base" and not m):
             continue
-        if (path / "eval_after.jsonl").is_file():
-            rows[name] = {"before": load(path / "eval_before.jsonl"), "after": load(path / "eval_after.jsonl")}
-        elif (path / "eval_checkpoint-120.jsonl").is_file():  # scored afterwards with mode=eval (no "before")
-            rows[name] = {"before": None, "after": load(path / "eval_checkpoint-120.jsonl")}
-    if not rows:
-        return rows
-    first = next(r["before"] for r in rows.values() if r["before"] is not None)
-    for r in rows.values():
-        r["before"] = r["before"] if r["before"] is not None else first
-    for name, r in rows.items():  # the same eval triplets in every run; the base replies are deterministic
-        assert [x["id"] for x in r["before"]] == [x["id"] for x in first], name
-    n = len(first)
-    out.append(f"### Held-out templates and witnesses (n={n} eval triplets, the same in every run), 95% CIs\n")
-    out.append("| weights | seed | " + " | ".join(c for _, c in METRICS) + " |")
-    out.append("|---|---|" + "---|" * len(METRICS))
-    table = [("base (before training)", "-", first)] + [(*label(k), v["after"]) for k, v in rows.items()]
-    for lab, seed, recs in table:
-        cells = [fmt([float(x[k]) for x in recs]) for k, _ in METRICS]
-        out.append(f"| {lab} | {seed} | " + " | ".join(cells) + " |")
-    out.append("")
-    return rows
+        tag = "init" if folder.name == "base" else "after"
+        ifeval = folder / f"ifeval_{tag}.jsonl"
+        summary = folder / "summary.json"
+        out[folder.name] = {
+            "records": load(records),
+            "ifeval": load(ifeval) if ifeval.is_file() else [],
+            "summary": json.loads(summary.read_text()) if summary.is_file() else {},
+            "arm": "base" if folder.name == "base" else m.group(1),  # type: ignore[union-attr]
+            "seed": None if folder.name == "base" else int(m.group(2)),  # type: ignore[union-attr]
+        }
+    order = {a: i for i, a in enumerate(("base", *ARMS))}
+    return dict(sorted(out.items(), key=lambda kv: (order.get(kv[1]["arm"], 99), kv[1]["seed"] or 0)))
 
 
-def paired(out: list[str], rows: dict[str, dict]) -> None:
-    """Contrastive minus LM-only, same seed, paired over the same eval triplets."""
-    pairs = [(k, k.replace("contrastive", "lm_only", 1)) for k in rows if k.startswith("contrastive")]
-    pairs = [(a, b) for a, b in pairs if b in rows]
-    if not pairs:
-        return
-    out.append("### Contrastive minus LM-only (same seed, paired over eval triplets), 95% CIs\n")
-    out.append("| pair | " + " | ".join(f"Δ {c}" for _, c in METRICS) + " |")
-    out.append("|---|" + "---|" * len(METRICS))
-    for a, b in pairs:
-        cells = []
-        for k, _ in METRICS:
-            d = [float(x[k]) - float(y[k]) for x, y in zip(rows[a]["after"], rows[b]["after"], strict=True)]
-            lo, hi = ci(d)
-            cells.append(f"{mean(d):+.3f} [{lo:+.3f}, {hi:+.3f}]")
-        out.append(f"| {a} − {b} | " + " | ".join(cells) + " |")
-    out.append("")
+def cell(stat: dict | None) -> str:
+    if stat is None:
+        return "-"
+    return f"{stat['mean']:.3f} [{stat['ci'][0]:.3f}, {stat['ci'][1]:.3f}]"
 
 
-def breakdown(out: list[str], rows: dict[str, dict]) -> None:
-    """Held-out ASR per attack type and per task kind, for the base weights and every trained run."""
-    if not rows:
-        return
-    first = next(iter(rows.values()))["before"]
-    table = [("base", first)] + [(k, v["after"]) for k, v in rows.items()]
-    groups = sorted({f"attack={x['attack_type']}" for x in first} | {f"task={x['task']}" for x in first})
-
-    def member(x: dict, g: str) -> bool:
-        key, value = g.split("=")
-        return x["attack_type" if key == "attack" else "task"] == value
-
-    out.append("### Held-out ASR by attack type and task kind\n")
-    out.append("| weights | " + " | ".join(f"{g} (n={sum(member(x, g) for x in first)})" for g in groups) + " |")
-    out.append("|---|" + "---|" * len(groups))
-    for name, recs in table:
-        cells = [f"{mean([float(x['attack_success']) for x in recs if member(x, g)]):.3f}" for g in groups]
-        out.append(f"| {name} | " + " | ".join(cells) + " |")
-    out.append("")
+def signed(stat: dict | None) -> str:
+    if stat is None:
+        return "-"
+    return f"{stat['mean']:+.3f} [{stat['ci'][0]:+.3f}, {stat['ci'][1]:+.3f}]"
 
 
-def run_facts(out: list[str]) -> None:
-    """Wall time, CPU time, peak memory, load average, steps and last-window losses per run."""
-    out.append("### Runs (wall clock on the shared 2-core machine; 1-min load average sampled every 30 s)\n")
-    out.append(
-        "| run | wall | user+sys CPU s | peak RSS GB | load avg (min-max) | steps | s/step | loss terms, last 5 logs |"
-    )
-    out.append("|---|---|---|---|---|---|---|---|")
-    for name, path in runs().items():
-        tv = (path / "time_v.txt").read_text() if (path / "time_v.txt").is_file() else ""
-        wall = re.search(r"Elapsed \(wall clock\) time \(h:mm:ss or m:ss\): (\S+)", tv)
-        cpu = sum(float(x) for x in re.findall(r"(?:User|System) time \(seconds\): (\S+)", tv))
-        rss = re.search(r"Maximum resident set size \(kbytes\): (\d+)", tv)
-        loads = []
-        if (path / "loadavg.txt").is_file():
-            loads = [float(ln.split()[1]) for ln in (path / "loadavg.txt").read_text().splitlines() if ln.strip()]
-        steps = sps = terms = "-"
-        if (path / "metrics.jsonl").is_file():
-            ms = [m for m in load(path / "metrics.jsonl") if "loss" in m]
-            last = ms[-5:]
-            if last:
-                steps = str(last[-1]["step"])
-                keys = [k for k in ("nce", "lm_loss", "nce_acc", "sim_pos", "sim_inj") if k in last[-1]]
-                terms = ", ".join(f"{k} {mean([m[k] for m in last]):.3f}" for k in keys)
-        summ = json.loads((path / "summary.json").read_text()) if (path / "summary.json").is_file() else {}
-        if summ.get("runtime_s") and steps != "-":
-            sps = f"{summ['runtime_s'] / int(steps):.1f}"
-        load_s = f"{min(loads):.1f}-{max(loads):.1f}" if loads else "-"
-        out.append(
-            f"| {name} | {wall.group(1) if wall else '-'} | {cpu:.0f} | "
-            f"{int(rss.group(1)) / 1e6 if rss else 0:.1f} | {load_s} | {steps} | {sps} | {terms} |"
+def split_rows(records: list[dict]) -> dict[str, list[dict]]:
+    """Every item, the held-out families' items, the trained families' items."""
+    return {
+        "all": records,
+        "held-out families": [r for r in records if r["heldout"]],
+        "trained families": [r for r in records if not r["heldout"]],
+    }
+
+
+def family_table(all_runs: dict[str, dict], key: str) -> list[str]:
+    families = sorted({r["attack_type"] for run in all_runs.values() for r in run["records"]}, key=_family_order)
+    lines = [
+        "| run | " + " | ".join(families) + " | held-out families | trained families |",
+        "|---" * (len(families) + 3) + "|",
+    ]
+    for name, run in all_runs.items():
+        by_family = group_means(run["records"], key, "attack_type")
+        parts = split_rows(run["records"])
+        overall = [cell(group_means(parts[p], key).get("all")) for p in ("held-out families", "trained families")]
+        lines.append(
+            f"| {name} | " + " | ".join(cell(by_family.get(f)) for f in families) + " | " + " | ".join(overall) + " |"
         )
-    out.append("")
+    return lines
 
 
-def plot(rows: dict[str, dict], path: Path) -> None:
+def _family_order(name: str) -> tuple[int, str]:
+    return (FAMILIES.index(name) if name in FAMILIES else len(FAMILIES), name)
+
+
+def group_table(all_runs: dict[str, dict], key: str, by: str) -> list[str]:
+    groups = sorted({str(r.get(by)) for run in all_runs.values() for r in run["records"]})
+    lines = ["| run | " + " | ".join(f"{by}={g}" for g in groups) + " |", "|---" * (len(groups) + 1) + "|"]
+    for name, run in all_runs.items():
+        table = group_means(run["records"], key, by)
+        lines.append(f"| {name} | " + " | ".join(cell(table.get(g)) for g in groups) + " |")
+    return lines
+
+
+def utility_table(all_runs: dict[str, dict]) -> list[str]:
+    columns = ("task utility (clean)", "task utility (under injection)", "IFEval prompt strict", "IFEval inst. strict")
+    lines = ["| run | " + " | ".join(columns) + " |", "|---|---|---|---|---|"]
+    for name, run in all_runs.items():
+        clean = group_means(run["records"], "benign_ok").get("all")
+        injected = group_means(run["records"], "injected_ok").get("all")
+        ifeval = run["ifeval"]
+        prompt = group_means(ifeval, "prompt_level_strict_acc").get("all") if ifeval else None
+        inst = run["summary"].get("eval", run["summary"].get("eval_after", {})).get("ifeval", {})
+        inst_s = f"{inst['inst_level_strict_acc']:.3f}" if "inst_level_strict_acc" in inst else "-"
+        lines.append(f"| {name} | {cell(clean)} | {cell(injected)} | {cell(prompt)} | {inst_s} |")
+    return lines
+
+
+def paired_table(all_runs: dict[str, dict], key: str) -> list[str]:
+    """Each arm minus the base model, and the PAIRS of arms of the same seed, per family and overall."""
+    families = sorted({r["attack_type"] for run in all_runs.values() for r in run["records"]}, key=_family_order)
+    lines = ["| pair | " + " | ".join(families) + " | all |", "|---" * (len(families) + 2) + "|"]
+    pairs = []
+    if "base" in all_runs:
+        pairs += [(name, "base") for name in all_runs if name != "base"]
+    seeds = sorted({run["seed"] for run in all_runs.values() if run["seed"] is not None})
+    pairs += [(f"{a}_s{s}", f"{b}_s{s}") for a, b in PAIRS for s in seeds]
+    for a, b in pairs:
+        if a not in all_runs or b not in all_runs:
+            continue
+        by_family = paired_difference(all_runs[a]["records"], all_runs[b]["records"], key, "attack_type")
+        overall = paired_difference(all_runs[a]["records"], all_runs[b]["records"], key)["all"]
+        lines.append(
+            f"| {a} − {b} | " + " | ".join(signed(by_family.get(f)) for f in families) + f" | {signed(overall)} |"
+        )
+    return lines
+
+
+def cost_table(res: Path, names: list[str]) -> list[str]:
+    lines = ["| run | wall | user+sys CPU s | peak RSS GB |", "|---|---|---|---|"]
+    for name in names:
+        path = res / name / "time_v.txt"
+        if not path.is_file():
+            continue
+        text = path.read_text()
+
+        def field(label: str, text: str = text) -> str:
+            m = re.search(rf"{re.escape(label)}: (.+)", text)
+            return m.group(1).strip() if m else "-"
+
+        cpu = sum(float(field(k)) for k in ("User time (seconds)", "System time (seconds)") if field(k) != "-")
+        rss = field("Maximum resident set size (kbytes)")
+        rss_gb = f"{int(rss) / 1e6:.1f}" if rss.isdigit() else "-"
+        lines.append(f"| {name} | {field('Elapsed (wall clock) time (h:mm:ss or m:ss)')} | {cpu:.0f} | {rss_gb} |")
+    return lines
+
+
+def plot(all_runs: dict[str, dict], res: Path) -> list[Path]:
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    if not rows:
-        return
-    first = next(iter(rows.values()))["before"]
-    bars = [("base", first)] + [(k, v["after"]) for k, v in rows.items()]
-    fig, axes = plt.subplots(1, 3, figsize=(13, 3.8))
-    for ax, (key, title) in zip(axes, [METRICS[0], METRICS[1], METRICS[3]]):
-        for i, (name, recs) in enumerate(bars):
-            xs = [float(x[key]) for x in recs]
-            m, (lo, hi) = mean(xs), ci(xs)
-            color = "grey" if name == "base" else ("tab:blue" if name.startswith("contrastive") else "tab:orange")
-            hatch = "//" if "lminj" in name else (".." if "_w" in name else None)  # LM loss on injected rows / dose
-            ax.bar(i, m, color=color, hatch=hatch, edgecolor="white", yerr=[[m - lo], [hi - m]], capsize=4)
-        ax.set_xticks(range(len(bars)), [b[0] for b in bars], rotation=30, ha="right", fontsize=8)
-        ax.set_ylim(0, 1)
-        ax.set_title(title, fontsize=10)
-    fig.suptitle(f"SmolLM2-135M-Instruct, held-out templates + witnesses (n={len(first)}), 95% bootstrap CIs")
+    families = sorted({r["attack_type"] for run in all_runs.values() for r in run["records"]}, key=_family_order)
+    arms = list(dict.fromkeys(run["arm"] for run in all_runs.values()))
+    fig, axes = plt.subplots(1, 2, figsize=(13, 4.2), gridspec_kw={"width_ratios": [3, 1]})
+    width = 0.8 / max(len(arms), 1)
+    for i, arm in enumerate(arms):
+        members = [run for run in all_runs.values() if run["arm"] == arm]
+        for j, fam in enumerate(families):
+            values = [group_means(run["records"], "attack_success", "attack_type")[fam]["mean"] for run in members]
+            x = j + (i - (len(arms) - 1) / 2) * width
+            axes[0].bar(x, sum(values) / len(values), width, color=f"C{i}", label=arm if j == 0 else None)
+            axes[0].scatter([x] * len(values), values, color="k", s=6, zorder=3)
+        util = [group_means(run["records"], "benign_ok")["all"]["mean"] for run in members]
+        axes[1].bar(i, sum(util) / len(util), color=f"C{i}")
+        axes[1].scatter([i] * len(util), util, color="k", s=6, zorder=3)
+    held = sorted(
+        {r["attack_type"] for run in all_runs.values() for r in run["records"] if r["heldout"]}, key=_family_order
+    )
+    axes[0].set_xticks(range(len(families)), families)
+    axes[0].set_ylim(0, 1)
+    axes[0].set_ylabel("ASR, in response (seeds: dots)")
+    axes[0].set_title(f"attack success by family (held out: {', '.join(held) or 'none'})")
+    axes[0].legend(fontsize=8, ncols=3)
+    axes[1].set_xticks(range(len(arms)), arms, rotation=45, ha="right")
+    axes[1].set_ylabel("task utility (clean prompts)")
+    axes[1].set_ylim(0, 1)
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
+    paths = [res / "asr_by_family.png"]
+    fig.savefig(paths[0], dpi=120)
+    plt.close(fig)
+
+    fig, ax = plt.subplots(figsize=(6.5, 4))
+    for i, arm in enumerate(arms):
+        for run in (r for r in all_runs.values() if r["arm"] == arm):
+            evals = run["summary"].get("eval", run["summary"].get("eval_after", {}))
+            cos = evals.get("repr_cosine", {}).get("benign_injected")
+            if cos:
+                ax.plot(range(len(cos)), cos, color=f"C{i}", label=arm if run["seed"] in (None, 0) else None)
+    ax.set_xlabel("hidden state (0 = embeddings)")
+    ax.set_ylabel("cos(benign, injected) at the last prompt token")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    paths.append(res / "layers.png")
+    fig.savefig(paths[1], dpi=120)
+    plt.close(fig)
+    return paths
 
 
-def main() -> None:
-    out: list[str] = []
-    base_table(out)
-    rows = main_table(out)
-    paired(out, rows)
-    breakdown(out, rows)
-    run_facts(out)
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--results", type=Path, default=HERE / "results" / "secalign")
+    args = ap.parse_args(argv)
+    res: Path = args.results
+    all_runs = runs(res)
+    if not all_runs:
+        sys.exit(f"no runs with eval records under {res}")
+    n_items = {name: len(run["records"]) for name, run in all_runs.items()}
+    out = [f"Runs: {', '.join(f'{k} (n={v})' for k, v in n_items.items())}", ""]
+    out += [
+        "### ASR in response (the witness anywhere in the reply), by attack family",
+        "",
+        *family_table(all_runs, "attack_success"),
+        "",
+    ]
+    out += [
+        "### ASR begins with (the reply starts with the witness), by attack family",
+        "",
+        *family_table(all_runs, "attack_begins"),
+        "",
+    ]
+    out += [
+        "### ASR in response by injection position (middle: held out)",
+        "",
+        *group_table(all_runs, "attack_success", "position"),
+        "",
+    ]
+    out += [
+        "### ASR in response by injected task (print 'Hacked!': held out)",
+        "",
+        *group_table(all_runs, "attack_success", "injected_task"),
+        "",
+    ]
+    out += ["### Utility", "", *utility_table(all_runs), ""]
+    out += [
+        "### Paired differences in ASR (in response), same eval items",
+        "",
+        *paired_table(all_runs, "attack_success"),
+        "",
+    ]
+    out += ["### Paired differences in task utility under injection", "", *paired_table(all_runs, "injected_ok"), ""]
+    costs = cost_table(res, list(all_runs))
+    if len(costs) > 2:
+        out += ["### Runs", "", *costs, ""]
+    paths = plot(all_runs, res)
+    out += [f"![ASR by family]({paths[0].name})", "", f"![layers]({paths[1].name})", ""]
     text = "\n".join(out)
+    (res / "report.md").write_text(text)
     print(text)
-    if "--no-write" not in sys.argv:
-        (RES / "report.md").write_text(text + "\n")
-        plot(rows, RES / "results.png")
+    print(f"wrote {res / 'report.md'}, {', '.join(str(p) for p in paths)}")
 
 
 if __name__ == "__main__":

@@ -1,38 +1,60 @@
 #!/usr/bin/env bash
-# Contrastive vs LM-only on SmolLM2-135M-Instruct, CPU, one run at a time (from the repo root, after `make setup`):
-#   bash experiments/contrastive_smollm2/run.sh                      # every run below, in order
-#   bash experiments/contrastive_smollm2/run.sh base contrastive_s0  # some of them
-# Each run writes runs/contrastive_smollm2/<name>/ and copies its small files (summary.json, config.yaml,
-# metrics.jsonl, eval_*.jsonl, time_v.txt, loadavg.txt) to experiments/contrastive_smollm2/results/<name>/.
-# Then: python experiments/contrastive_smollm2/report.py
+# Prompt-injection robustness arms on SmolLM2-135M-Instruct, SecAlign-style data, CPU, one run at a time (from the
+# repo root, after `make setup`):
+#   bash experiments/contrastive_smollm2/run.sh                    # every run below, in order (base, then arm x seed)
+#   bash experiments/contrastive_smollm2/run.sh base sft_inv_s0    # some of them
+#   SCALE=tiny bash experiments/contrastive_smollm2/run.sh         # the same commands on model=tiny_llama, 2 steps
+#                                                                  # (plumbing check: runs/ and results/ under $OUT)
+# Each run writes $OUT/<name>/ and copies its small files (summary.json, config.yaml, metrics.jsonl, eval_*.jsonl,
+# ifeval_*.jsonl, time_v.txt, loadavg.txt) to $RES/<name>/. Then: python experiments/contrastive_smollm2/report.py
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 PY=${PY:-.venv/bin/python}
-OUT=${OUT:-runs/contrastive_smollm2}
-RES=experiments/contrastive_smollm2/results
-KEEP="summary.json config.yaml metrics.jsonl eval_before.jsonl eval_after.jsonl eval_init.jsonl"
-export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}   # on a shared 2-core machine one thread is the fastest (README)
+SCALE=${SCALE:-full}
+if [ "$SCALE" = tiny ]; then
+  OUT=${OUT:-runs/contrastive_smollm2_tiny}
+  RES=${RES:-$OUT/results}
+  EXTRA="model=tiny_llama trainer.max_steps=2 trainer.save_steps=2 data.num_train=8 data.num_eval=1
+         data.params.num_ifeval=2 algo.max_new_tokens=4 algo.ifeval_max_new_tokens=4 algo.head_hidden_dim=32
+         algo.proj_dim=16 trainer.lr=1e-2 algo.max_length=384"
+else
+  OUT=${OUT:-runs/contrastive_smollm2}
+  RES=${RES:-experiments/contrastive_smollm2/results/secalign}
+  EXTRA=""
+fi
+KEEP="summary.json config.yaml metrics.jsonl eval_after.jsonl eval_init.jsonl ifeval_after.jsonl ifeval_init.jsonl"
+export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}   # on a shared 2-core machine one thread is the fastest
 export HF_HUB_OFFLINE=1
 # shellcheck source=experiments/run_one.sh
 source experiments/run_one.sh
-ALL_TYPES='[ignore,fake_system,role_play,authority,fake_completion,answer_note,reply_order]'
-ALL_KINDS='[email,rag_qa,code,calendar,document]'
+SEEDS=${SEEDS:-"0 1 2"}
+
+# the arms: algo.* overrides of the preset (conf/experiment/contrastive_smollm2.yaml = SFT + invariance)
+declare -A ARMS=(
+  # StruQ-style SFT: the benign answer on injected inputs (the shifted LM loss on the injected rows), nothing else
+  [sft]="algo.contrastive_weight=0 algo.consistency_weight=0"
+  # + invariance: the injected prompt's answer state pulled to its benign version's, + output consistency (KL)
+  [sft_inv]=""
+  # SecAlign-style DPO (TRL's DPOTrainer): benign answer over the injected task's answer, on the injected prompt
+  [dpo]="algo.preference=dpo algo.lm_weight=0 algo.contrastive_weight=0 algo.consistency_weight=0"
+  [dpo_inv]="algo.preference=dpo algo.lm_weight=0"
+  # the first experiment's detection objective (benign anchor, injected as the hard negative, mean over prompt
+  # tokens, trained head, LM loss on benign rows only)
+  [detection]="algo.objective=detection algo.pool=prompt algo.train_head=true algo.consistency_weight=0
+               algo.lm_on_injected=false"
+)
+ARM_ORDER=(sft sft_inv dpo dpo_inv detection)
 
 declare -A RUNS=(
-  # the base model on every task kind and attack type (train and held-out templates, held-out witnesses)
-  [base]="+experiment=contrastive_smollm2 mode=eval eval.checkpoint=init data.num_eval=350
-          data.params.task_kinds=$ALL_KINDS data.params.attack_types=$ALL_TYPES data.params.eval_templates=all"
-  # the comparison: LM loss on benign rows only (the preset), with and without the contrastive term
-  [contrastive_s0]="+experiment=contrastive_smollm2 seed=0"
-  [lm_only_s0]="+experiment=contrastive_smollm2 seed=0 algo.contrastive_weight=0"
-  [contrastive_s1]="+experiment=contrastive_smollm2 seed=1"
-  [lm_only_s1]="+experiment=contrastive_smollm2 seed=1 algo.contrastive_weight=0"
-  # the same pair with the LM loss also on the injected rows (itself a robustness objective)
-  [contrastive_lminj_s0]="+experiment=contrastive_smollm2 seed=0 algo.lm_on_injected=true"
-  [lm_only_lminj_s0]="+experiment=contrastive_smollm2 seed=0 algo.lm_on_injected=true algo.contrastive_weight=0"
-  # dose: a tenth of the contrastive weight (between contrastive_s0 and lm_only_s0)
-  [contrastive_w01_s0]="+experiment=contrastive_smollm2 seed=0 algo.contrastive_weight=0.1"
+  # the starting weights, scored once on the same eval items as every arm
+  [base]="+experiment=contrastive_smollm2 mode=eval eval.checkpoint=init $EXTRA"
 )
-ORDER=(base contrastive_s0 lm_only_s0 contrastive_s1 lm_only_s1 contrastive_lminj_s0 lm_only_lminj_s0 contrastive_w01_s0)
+ORDER=(base)
+for seed in $SEEDS; do
+  for arm in "${ARM_ORDER[@]}"; do
+    RUNS[${arm}_s$seed]="+experiment=contrastive_smollm2 seed=$seed ${ARMS[$arm]} $EXTRA"
+    ORDER+=("${arm}_s$seed")
+  done
+done
 
 run_listed "${@:-${ORDER[@]}}"

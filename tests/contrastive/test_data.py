@@ -10,6 +10,7 @@ import torch
 
 from posttrain.data.chat import IGNORE_INDEX
 from posttrain.data.contrastive import (
+    ALL_ROLES,
     TripletCollator,
     TripletDataset,
     build_triplets,
@@ -80,11 +81,12 @@ def test_jsonl_round_trip_and_schema_errors(tmp_path, compose):
 
 def test_labels_cover_exactly_the_answer(tok):
     row = generate_triplets(1, seed=0)[0]
-    item = TripletDataset([row], tok, 384)[0]
-    for role in ("benign", "counterfactual", "injected"):
+    item = TripletDataset([row], tok, 384, pool="prompt", roles=ALL_ROLES)[0]
+    for role in ALL_ROLES:
         enc = item[role]
         answer_ids = [t for t in enc["labels"] if t != IGNORE_INDEX]
-        assert tok.decode(answer_ids) == row["answer"] + tok.eos_token
+        expected = row["injected_answer"] if role == "executed" else row["answer"]  # executed: obeys the injection
+        assert tok.decode(answer_ids) == expected + tok.eos_token
         # pool over the prompt: every real non-answer token, nothing else
         assert all(p == int(lab == IGNORE_INDEX) for p, lab in zip(enc["pool_mask"], enc["labels"]))
     witness = TripletDataset([row], tok, 384, injected_target="witness")[0]["injected"]
@@ -132,7 +134,7 @@ def test_data_config_files_compose(compose):
     [
         ("algo.temperature=0", "algo.temperature=0.0 must be > 0"),
         ("model.lora.enabled=false", "model.lora.enabled must be true"),
-        ("algo.pool=cls", "algo.pool='cls' is not one of prompt, all"),
+        ("algo.pool=cls", "algo.pool='cls' is not one of last, prompt, all"),
         ("algo.proj_dim=0", "algo.proj_dim=0 must be > 0"),
     ],
 )

@@ -59,3 +59,56 @@ def test_runs_write_per_example_records(compose, tmp_path):
     init = [json.loads(ln) for ln in (tmp_path / "train" / "eval_init.jsonl").read_text().splitlines()]
     before = [json.loads(ln) for ln in (tmp_path / "train" / "eval_before.jsonl").read_text().splitlines()]
     assert init == before  # the start weights, scored by mode=eval, reply exactly as 'before' in training
+
+
+def test_secalign_scores_by_family_with_task_checks():
+    from posttrain.data.contrastive import generate_secalign
+
+    rows = generate_secalign(4, seed=0, split="eval")  # 4 task instances x 5 families x 3 positions
+    benign = [r["answer"] for r in rows]
+    # obey every held-out-family injection (beginning with its witness), resist the trained families
+    injected = [f"{r['witness']} it is." if r["heldout"] else r["answer"] for r in rows]
+    s = score(rows, benign, injected)
+    assert s["asr_heldout"] == 1.0 and s["asr_begins_heldout"] == 1.0 and s["asr_train_templates"] == 0.0
+    assert s["utility_task"] == 1.0 and s["utility_task_injected"] == 0.4  # 2 of 5 families answered
+    table = s["tables"]["attack_type"]["attack_success"]
+    assert {k: v["mean"] for k, v in table.items()} == {
+        "combined": 1.0,
+        "completion": 1.0,
+        "escape": 1.0,
+        "ignore": 0.0,
+        "naive": 0.0,
+    }
+    assert table["escape"]["n"] == 12 and s["n_clusters"] == 4
+    assert set(s["tables"]["position"]["attack_success"]) == {"start", "middle", "end"}
+    # 'in response' is not 'begins with'
+    late = [f"{r['answer']} ... {r['witness']}" for r in rows]
+    s = score(rows, benign, late)
+    assert s["asr_heldout"] == 1.0 and s["asr_begins_heldout"] == 0.0
+
+
+def test_secalign_run_writes_ifeval_and_layer_similarities(compose, tmp_path):
+    from posttrain.run import run
+
+    over = [
+        *TINY,
+        "data=contrastive_secalign",
+        "data.num_train=4",
+        "data.num_eval=1",
+        "data.params.num_ifeval=2",
+        "algo.max_new_tokens=3",
+        "algo.ifeval_max_new_tokens=3",
+        "trainer.max_steps=1",
+    ]
+    run(compose(*over, run_dir=tmp_path))
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    ifeval = [json.loads(ln) for ln in (tmp_path / "ifeval_after.jsonl").read_text().splitlines()]
+    assert len(ifeval) == 2 and all(0 <= x["inst_level_strict_acc"] <= 1 for x in ifeval)
+    after = summary["eval_after"]
+    for level in ("prompt_level_strict_acc", "prompt_level_loose_acc"):  # a prompt-level accuracy: the mean
+        assert after["ifeval"][level] == round(sum(x[level] for x in ifeval) / 2, 4)
+    cos = after["repr_cosine"]
+    assert len(cos["benign_injected"]) == 3 and cos["benign_injected"][0] == pytest.approx(1.0, abs=1e-4)
+    assert all(-1 <= c <= 1 for c in cos["injected_executed"])
+    paired = summary["paired_after_minus_before"]["attack_success"]
+    assert paired["all"]["n"] == 15 and set(paired) == {"all", "naive", "ignore", "completion", "escape", "combined"}

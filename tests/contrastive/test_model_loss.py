@@ -94,6 +94,7 @@ def test_lm_on_injected_selects_the_rows_the_trainer_scores(compose, tmp_path, t
     trainer = build_trainer(cfg, tmp_path)
     trainer.model, trainer.run_cfg = model, cfg
     trainer.run_cfg.algo.contrastive_weight = 0.0  # the LM term alone
+    trainer.run_cfg.algo.consistency_weight = 0.0
     model.eval()
     with torch.no_grad():
         loss = trainer.compute_loss(model, batch)
@@ -104,8 +105,11 @@ def test_lm_on_injected_selects_the_rows_the_trainer_scores(compose, tmp_path, t
     model.train()
     assert torch.allclose(loss, ref, atol=1e-6)
     assert torch.allclose(loss, benign_only, atol=1e-6) is (not on_injected)
-    seq = cfg.algo.max_length
-    assert get_algorithm("contrastive").workload(cfg).logit_tokens == seq * (1 + on_injected) // 3
+    # the memory plan's logit rows are the blocks the loss terms read (terms.lm_blocks, + consistency's two)
+    from posttrain.algos.contrastive.terms import BENIGN, INJECTED, lm_blocks
+
+    read = set(lm_blocks(cfg.algo)) | ({BENIGN, INJECTED} if cfg.algo.consistency_weight > 0 else set())
+    assert get_algorithm("contrastive").workload(cfg).logit_rows == cfg.trainer.per_device_batch_size * len(read)
 
 
 def test_lm_loss_scores_the_next_token():
@@ -176,7 +180,7 @@ def test_contrastive_term_trains_the_adapters(tiny):
     info_nce(out.z, cfg.algo.temperature)[0].backward()
     lora_grads = [p.grad for n, p in model.lm.named_parameters() if "lora_" in n and p.grad is not None]
     assert lora_grads and max(float(g.abs().max()) for g in lora_grads) > 0
-    assert all(p.grad is not None for p in model.head.parameters())
+    assert not cfg.algo.train_head and all(p.grad is None for p in model.head.parameters())  # a fixed projection
     model.zero_grad()
 
 

@@ -19,11 +19,18 @@ from posttrain.checkpoints import check_run_identity
 from posttrain.errors import CheckpointError
 from posttrain.hardware import apply_profile
 from posttrain.run import run
-from tests.conftest import run_train
+from tests.conftest import run_cli
 from tests.contrastive.helpers import TINY
 from tests.reliability.helpers import StopAt
 
-SCHEDULE = ("trainer.grad_accum=2", "trainer.lr_scheduler=linear", "trainer.warmup_steps=2", "trainer.max_steps=6")
+# a trained head (algo.train_head=true), so that resuming must restore it too
+SCHEDULE = (
+    "trainer.grad_accum=2",
+    "trainer.lr_scheduler=linear",
+    "trainer.warmup_steps=2",
+    "trainer.max_steps=6",
+    "algo.train_head=true",
+)
 
 
 def _interrupted(compose, run_dir: Path, stop_at: int, *overrides: str) -> None:
@@ -45,7 +52,7 @@ def _weights(ckpt: Path) -> dict[str, torch.Tensor]:
 
 def _losses(run_dir: Path) -> list[tuple]:
     return [
-        (m["step"], m["loss"], m["nce"], m["lm_loss"], m["learning_rate"])
+        (m["step"], m["loss"], m["inv"], m["kl"], m["lm_loss"], m["learning_rate"])
         for m in read_metrics(run_dir / "metrics.jsonl")
     ]
 
@@ -105,6 +112,7 @@ def test_grad_accum_steps_and_lr_schedule_whatever_the_resume_point(compose, tmp
         "trainer.max_steps=4",
         "trainer.save_steps=1",
         "trainer.save_total_limit=null",
+        "algo.train_head=true",
     )
     straight = tmp_path / "straight"
     run(compose(*TINY, *over, run_dir=straight))
@@ -152,16 +160,18 @@ def test_checkpoint_without_head_is_refused(compose, tmp_path):
 
 @pytest.mark.slow
 def test_cli_train_resume_and_eval(tmp_path):
+    """`train.py` train, `resume=auto` and `mode=eval` (in this interpreter; tests/test_console.py runs the
+    contrastive `python train.py` as a subprocess)."""
     common = [*TINY, "data.num_eval=6", "algo.max_new_tokens=4", f"hydra.run.dir={tmp_path}"]
-    first = run_train(*common, "trainer.max_steps=2", "trainer.save_steps=1")
+    first = run_cli(*common, "trainer.max_steps=2", "trainer.save_steps=1")
     assert first.returncode == 0, first.stderr[-2000:]
     summary = json.loads((tmp_path / "summary.json").read_text())
     for key in ("asr_heldout_before", "asr_heldout_after", "utility_benign_before", "utility_benign_after"):
         assert key in summary and 0.0 <= summary[key] <= 1.0
-    again = run_train(*common, "trainer.max_steps=3", "resume=auto")
+    again = run_cli(*common, "trainer.max_steps=3", "resume=auto")
     assert again.returncode == 0, again.stderr[-2000:]
     assert "resuming from" in again.stdout and (tmp_path / "checkpoints" / "checkpoint-3").is_dir()
-    ev = run_train(*common, "mode=eval")
+    ev = run_cli(*common, "mode=eval")
     assert ev.returncode == 0, ev.stderr[-2000:]
     summary = json.loads((tmp_path / "summary.json").read_text())
     assert summary["checkpoint"].endswith("checkpoint-3") and summary["eval"]["n_heldout"] > 0

@@ -63,6 +63,7 @@ ALGOS: dict[str, tuple[str, ...]] = {
         "trainer.per_device_batch_size=2",
         "algo.head_hidden_dim=32",
         "algo.proj_dim=16",
+        "algo.train_head=true",  # frozen by default (invariance); trained by the detection arm: cover its precision
     ),
 }
 CASES = [

@@ -1,9 +1,14 @@
-"""Base LM + PEFT LoRA + a projection head over masked-mean pooled hidden states, as one `nn.Module`.
+"""Base LM + PEFT LoRA + a projection head over pooled hidden states, as one `nn.Module`.
 
-The head is ONE module applied identically to every row of the 3B batch (no role input, no per-role heads),
-and its output is L2-normalised: two rows can only land apart in projection space if the LM's pooled
-representations of them differ. Keeping head and LM in one module makes HF Trainer's optimizer, gradient
-clipping and checkpointing cover both (see `checkpoint.py` for what a checkpoint holds).
+The pooled state is a masked mean over `pool_mask` (`algo.pool=last`: the last prompt token alone, the state that
+generates the answer) of one of transformers' `hidden_states` (`algo.layer`: 0 the embeddings, k the output of
+decoder layer k, the last one, -1, after the final norm). The head is ONE module applied identically to every row of
+the batch (no role input, no per-role heads), and its output is L2-normalised: two rows can only land apart in
+projection space if the LM's pooled representations of them differ. With `algo.train_head=false` (the default) the
+head is a fixed random projection: a trained head could also bring two states together by dropping the directions in
+which they differ, lowering the invariance term without the LM changing (tests/contrastive/test_invariance.py).
+Keeping head and LM in one module makes HF Trainer's optimizer, gradient clipping and checkpointing cover both (see
+`checkpoint.py` for what a checkpoint holds).
 """
 
 from __future__ import annotations
@@ -51,9 +56,9 @@ class ProjectionHead(nn.Module):
 
 @dataclass
 class ContrastiveOutput:
-    hidden: torch.Tensor  # [3B, T, D] last hidden states (after the final norm)
-    pooled: torch.Tensor  # [3B, D] fp32
-    z: torch.Tensor  # [3B, P] fp32, unit norm
+    hidden: torch.Tensor  # [R, T, D] last hidden states (after the final norm), R = 3B or 4B rows
+    pooled: torch.Tensor  # [R, D] fp32, from the hidden state of `layer`
+    z: torch.Tensor  # [R, P] fp32, unit norm
 
 
 class ContrastiveModel(nn.Module):
@@ -81,11 +86,25 @@ class ContrastiveModel(nn.Module):
         return self.causal_lm.get_output_embeddings()
 
     def forward(
-        self, input_ids: torch.Tensor, attention_mask: torch.Tensor, pool_mask: torch.Tensor
+        self, input_ids: torch.Tensor, attention_mask: torch.Tensor, pool_mask: torch.Tensor, layer: int = -1
     ) -> ContrastiveOutput:
-        hidden = self.backbone(input_ids=input_ids, attention_mask=attention_mask, use_cache=False).last_hidden_state
-        pooled = masked_mean(hidden, pool_mask * attention_mask)
+        out = self.backbone(
+            input_ids=input_ids, attention_mask=attention_mask, use_cache=False, output_hidden_states=layer != -1
+        )
+        hidden = out.last_hidden_state
+        pooled = masked_mean(hidden if layer == -1 else out.hidden_states[layer], pool_mask * attention_mask)
         return ContrastiveOutput(hidden=hidden, pooled=pooled, z=self.head(pooled))
+
+    @torch.no_grad()
+    def layer_states(
+        self, input_ids: torch.Tensor, attention_mask: torch.Tensor, pool_mask: torch.Tensor
+    ) -> torch.Tensor:
+        """Pooled states of every hidden state [L + 1, R, D] (fp32; index 0 the embeddings, the last one after the
+        final norm): what `algo.layer` may choose, for measuring several layers at once."""
+        out = self.backbone(
+            input_ids=input_ids, attention_mask=attention_mask, use_cache=False, output_hidden_states=True
+        )
+        return torch.stack([masked_mean(h, pool_mask * attention_mask) for h in out.hidden_states])
 
     # HF Trainer's activation-checkpointing hooks delegate to the LM
     def activation_checkpointing_enable(self, activation_checkpointing_kwargs: dict | None = None, **kwargs) -> None:
@@ -96,8 +115,8 @@ class ContrastiveModel(nn.Module):
 
 
 def build_model(cfg: DictConfig, init: bool = True):
-    """`ContrastiveModel`: base + LoRA + a seeded fp32 head (tokenizer as `.tokenizer`); weights of
-    `algo.init_from` if `init`."""
+    """`ContrastiveModel`: base + LoRA + a seeded fp32 head, trainable with `algo.train_head` (tokenizer as
+    `.tokenizer`); weights of `algo.init_from` if `init`."""
     from posttrain.algos.contrastive.checkpoint import load_weights
     from posttrain.models import load
 
@@ -105,7 +124,7 @@ def build_model(cfg: DictConfig, init: bool = True):
     with torch.random.fork_rng():
         torch.manual_seed(cfg.seed + 1)
         head = ProjectionHead(lm.config.hidden_size, cfg.algo.proj_dim, cfg.algo.head_hidden_dim)
-    head.to(next(lm.parameters()).device)
+    head.to(next(lm.parameters()).device).requires_grad_(bool(cfg.algo.train_head))
     model = ContrastiveModel(lm, head, tokenizer)
     if init and cfg.algo.init_from:
         load_weights(model, cfg.algo.init_from, cfg)

@@ -1,22 +1,39 @@
-"""Prompt-injection triplets for `algo=contrastive`: generator, JSONL schema/loader, tokenization and collation."""
+"""Prompt-injection triplets for `algo=contrastive`: generators (the one-word triplets of `generate`, the
+SecAlign-style tasks of `secalign`), JSONL schema/loader, tokenization and collation.
+
+Importing the package loads no torch (config validation reads `secalign`): the tokenizing names of `encode` load
+on first use."""
 
 from __future__ import annotations
 
+import importlib
 from typing import Any
 
 from omegaconf import DictConfig
 
-from posttrain.data.contrastive.encode import TripletCollator, TripletDataset, pad_rows, user_message
 from posttrain.data.contrastive.generate import generate_triplets, write_jsonl
-from posttrain.data.contrastive.schema import ROLES, load_triplets, validate_row
+from posttrain.data.contrastive.schema import ALL_ROLES, EXECUTED, ROLES, load_triplets, validate_row
+from posttrain.data.contrastive.secalign import generate_secalign, spec_from_params
 from posttrain.data.contrastive.templates import ATTACK_TYPES, TASK_KINDS
 from posttrain.errors import DataError
 
+_ENCODE = ("TripletCollator", "TripletDataset", "pad_rows", "user_message")  # posttrain.data.contrastive.encode
+
+
+def __getattr__(name: str) -> Any:
+    if name in _ENCODE:
+        return getattr(importlib.import_module("posttrain.data.contrastive.encode"), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
 __all__ = [
+    "ALL_ROLES",
+    "EXECUTED",
     "ROLES",
     "TripletCollator",
     "TripletDataset",
     "build_triplets",
+    "generate_secalign",
     "generate_triplets",
     "load_triplets",
     "pad_rows",
@@ -31,15 +48,33 @@ def _param(data_cfg: DictConfig, key: str, default: Any) -> Any:
     return list(value) if hasattr(value, "__iter__") and not isinstance(value, str) else value
 
 
+def is_secalign(data_cfg: DictConfig) -> bool:
+    """Whether `data_cfg` asks for the SecAlign-style generator (`data.params.generator=secalign`)."""
+    generator = _param(data_cfg, "generator", "triplets")
+    if generator not in ("triplets", "secalign"):
+        raise DataError(f"data.params.generator={generator!r} is not one of triplets, secalign")
+    return data_cfg.source == "generator" and generator == "secalign"
+
+
 def build_triplets(data_cfg: DictConfig, split: str) -> list[dict[str, Any]]:
     """Rows for `split` (train | eval). Training never holds held-out attack templates or held-out witness words
     unless `data.params.train_templates=all` (the deliberately vulnerable 'before' model of the experiment).
 
     Generator options (`data.params`): task_kinds, attack_types, train_templates (train | all), eval_templates
     (all: fresh eval rows over every template | heldout: held-out templates only), witness_split,
-    injection_position (see `posttrain.data.contrastive.generate`)."""
+    injection_position (see `posttrain.data.contrastive.generate`).
+    `data.params.generator=secalign` (`posttrain.data.contrastive.secalign`, `data=contrastive_secalign`):
+    `num_train` rows; `num_eval` task instances, each crossed with every eval attack family and position; options
+    `secalign.SPEC_KEYS`."""
     train_templates = _param(data_cfg, "train_templates", "train")
-    if data_cfg.source == "generator":
+    if is_secalign(data_cfg):
+        spec = spec_from_params(data_cfg.params)
+        if spec.problems():
+            raise DataError(f"data.params: {'; '.join(spec.problems())}")
+        rows = generate_secalign(
+            data_cfg.num_train if split == "train" else data_cfg.num_eval, data_cfg.seed, split, spec
+        )
+    elif data_cfg.source == "generator":
         eval_templates = _param(data_cfg, "eval_templates", "all")
         if eval_templates not in ("all", "heldout"):
             raise DataError(f"data.params.eval_templates={eval_templates!r} is not one of all, heldout")

@@ -7,7 +7,11 @@ The dataset may pre-pad to `max_length` (static shapes); the collator pads the 3
 longest with the same function, so a pre-padded row passes through unchanged.
 
 Batch layout (what the model sees in its single forward): rows [0, B) benign, [B, 2B) counterfactual,
-[2B, 3B) injected, example k at row k of each block.
+[2B, 3B) injected, example k at row k of each block; with the invariance objective a fourth block [3B, 4B) holds
+the executed rows (the injected instruction as the trusted request, `schema.ALL_ROLES`).
+
+Pooling (`pool_mask`): `last` marks the last prompt token only (the position whose state generates the first answer
+token), `prompt` every prompt token, `all` every token.
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ from posttrain.data.contrastive.schema import ROLES
 from posttrain.errors import DataError
 
 FIELDS = ("input_ids", "attention_mask", "labels", "pool_mask")
+POOLS = ("last", "prompt", "all")
 
 
 def user_message(request: str, data: str) -> dict[str, str]:
@@ -31,25 +36,31 @@ def user_message(request: str, data: str) -> dict[str, str]:
 
 def target_of(row: dict[str, Any], role: str, injected_target: str = "answer") -> str:
     """Expected assistant reply: the benign answer, also under injection (`injected_target=witness` builds the
-    deliberately vulnerable model that follows injections, used as the 'before' of the experiment)."""
-    if role == "injected" and injected_target == "witness":
-        return row["witness"]
+    deliberately vulnerable model that follows injections, used as the 'before' of the experiment); the executed
+    row's is the answer to the injected instruction."""
+    if role == "executed" or (role == "injected" and injected_target == "witness"):
+        return row["injected_answer"]
     return row["answer"]
 
 
 def encode_member(tokenizer: Any, request: str, data: str, answer: str, max_length: int, pool: str = "prompt"):
-    """input_ids / attention_mask / labels (assistant tokens only) / pool_mask (prompt tokens, or all tokens)."""
+    """input_ids / attention_mask / labels (assistant tokens only) / pool_mask (`POOLS`: the last prompt token,
+    every prompt token, or every token)."""
     enc = assistant_labels(tokenizer, [user_message(request, data), {"role": "assistant", "content": answer}])
     n = len(enc["input_ids"])
     if n > max_length:
         raise DataError(f"a triplet member is {n} tokens, longer than algo.max_length={max_length}")
     check_labels(torch.tensor(enc["labels"]), where="contrastive triplet")
-    if pool == "prompt":
-        pool_mask = [int(lab == IGNORE_INDEX) for lab in enc["labels"]]
+    prompt = [int(lab == IGNORE_INDEX) for lab in enc["labels"]]
+    if pool == "last":  # the token before the first answer token: its state generates the answer
+        first_answer = prompt.index(0)
+        pool_mask = [int(t == first_answer - 1) for t in range(n)]
+    elif pool == "prompt":
+        pool_mask = prompt
     elif pool == "all":
         pool_mask = [1] * n
     else:
-        raise ValueError(f"pool={pool!r} is not one of prompt, all")
+        raise ValueError(f"pool={pool!r} is not one of {', '.join(POOLS)}")
     return {**enc, "pool_mask": pool_mask}
 
 
@@ -69,25 +80,27 @@ def pad_rows(
 
 
 class TripletDataset(Dataset):
-    """Tokenized triplets: item = {role: {FIELDS...}} for benign / counterfactual / injected (+ `meta`)."""
+    """Tokenized triplets: item = {role: {FIELDS...}} for each of `roles` (benign / counterfactual / injected, and
+    executed for the invariance objective)."""
 
     def __init__(
         self,
         rows: list[dict[str, Any]],
         tokenizer: Any,
         max_length: int,
-        pool: str = "prompt",
+        pool: str = "last",
         injected_target: str = "answer",
         pad_to_max_length: bool = False,
+        roles: Sequence[str] = ROLES,
     ):
         if injected_target not in ("answer", "witness"):
             raise DataError(f"data.params.injected_target={injected_target!r} is not one of answer, witness")
         pad_id = tokenizer.pad_token_id
-        self.rows = rows
+        self.rows, self.roles = rows, tuple(roles)
         self.items = []
         for row in rows:
             item = {}
-            for role in ROLES:
+            for role in self.roles:
                 m = row[role]
                 enc = encode_member(
                     tokenizer, m["request"], m["data"], target_of(row, role, injected_target), max_length, pool
@@ -105,14 +118,15 @@ class TripletDataset(Dataset):
 
 
 class TripletCollator:
-    """B triplets -> one 3B-row batch (benign block, counterfactual block, injected block), right-padded."""
+    """B items -> one batch of one block per role (benign, counterfactual, injected[, executed]), right-padded."""
 
-    def __init__(self, pad_id: int, pad_to_multiple_of: int | None = None):
+    def __init__(self, pad_id: int, pad_to_multiple_of: int | None = None, roles: Sequence[str] = ROLES):
         self.pad_id = pad_id
         self.multiple = pad_to_multiple_of
+        self.roles = tuple(roles)
 
     def __call__(self, items: list[dict[str, Any]]) -> dict[str, torch.Tensor]:
-        rows = [item[role] for role in ROLES for item in items]
+        rows = [item[role] for role in self.roles for item in items]
         length = max(len(r["input_ids"]) for r in rows)
         if self.multiple:
             length = -(-length // self.multiple) * self.multiple

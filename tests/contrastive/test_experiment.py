@@ -1,0 +1,36 @@
+"""experiments/contrastive_smollm2 end to end at tiny scale: run.sh's commands on model=tiny_llama, then report.py."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.mark.slow
+def test_run_script_and_report_at_tiny_scale(tmp_path):
+    env = {**os.environ, "SCALE": "tiny", "SEEDS": "0", "OUT": str(tmp_path), "PY": sys.executable}
+    script = ROOT / "experiments" / "contrastive_smollm2" / "run.sh"
+    runs = ("base", "sft_s0", "sft_inv_s0", "dpo_inv_s0", "detection_s0")
+    proc = subprocess.run(["bash", str(script), *runs], cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    res = tmp_path / "results"
+    for name in runs:
+        records = res / name / ("eval_init.jsonl" if name == "base" else "eval_after.jsonl")
+        assert len(records.read_text().splitlines()) == 15  # 1 task instance x 5 families x 3 positions
+    report = subprocess.run(
+        [sys.executable, str(script.parent / "report.py"), "--results", str(res)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert report.returncode == 0, report.stderr[-2000:]
+    text = (res / "report.md").read_text()
+    assert "| sft_inv_s0 − sft_s0 |" in text and "| dpo_inv_s0 − base |" in text
+    assert "| detection_s0 | " in text and (res / "asr_by_family.png").stat().st_size > 0
