@@ -26,7 +26,7 @@ def flat(lora) -> torch.Tensor:
 def spread(run: str) -> dict[str, float]:
     cfg = load_config(["+experiment=d2l_smollm2"])
     model = load_d2l(cfg, run).eval()
-    _, held = d2l_records(cfg.data)
+    _, held = d2l_records(cfg.data, model.tokenizer)
     docs = list(dict.fromkeys(r["document"] for r in held))
     with torch.no_grad():
         v = flat(model.internalize(docs))

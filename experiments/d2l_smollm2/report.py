@@ -1,13 +1,16 @@
-"""The tables and the plot of experiments/d2l_smollm2/ from its results folders (each holds a run's eval.json,
-summary.json and, when recorded, loadavg.txt and time_v.txt):
+"""Tables and the accuracy-vs-length plot of experiments/d2l_smollm2 from the files its runs leave (run.sh):
 
-    python experiments/d2l_smollm2/report.py experiments/d2l_smollm2/results/seed0 experiments/d2l_smollm2/results/seed1
+    python experiments/d2l_smollm2/report.py                       # results/open_facts -> report.md + png
+    python experiments/d2l_smollm2/report.py --results <dir>       # e.g. runs/d2l_smollm2_tiny/results
 
-Prints (markdown) the four conditions x runs table (accuracy and answer CE with 95% bootstrap CIs over questions),
-the paired differences D2L - no context and D2L - other document (paired bootstrap over questions), and the
-run-time table; writes `accuracy.png` (bars with CIs per condition and run) next to this file unless `--plot`
-names another path. Every number comes from the files; the CIs are recomputed from eval.json's per-question
-numbers with the same function the evaluation uses (`posttrain.analysis.stats.bootstrap_ci`).
+Reads <dir>/s<seed>/eval.json (the held-out documents, the facts alone, evaluated after training) and
+<dir>/s<seed>_x<k>/eval.json (the same documents and questions among filler, k x the context window), with
+summary.json, time_v.txt and loadavg.txt beside them. Every number is recomputed from the per-question rows of
+eval.json. Seeds are pooled question by question (the held-out questions are the same for every seed): a question's
+value is its mean over the seeds, and the 95% interval is a percentile bootstrap that resamples documents (the
+questions about one document are not independent; `posttrain.analysis.stats.bootstrap_ci`); the spread between
+seeds is shown beside it. Differences are paired over the same questions. Writes <dir>/report.md and
+<dir>/accuracy_vs_length.png.
 """
 
 from __future__ import annotations
@@ -15,29 +18,48 @@ from __future__ import annotations
 import argparse
 import json
 import re
+import statistics
 from pathlib import Path
 from typing import Any
 
-from posttrain.algos.d2l.evaluate import CONDITIONS
+from posttrain.algos.d2l.config import EVAL_CONDITIONS
 from posttrain.analysis.stats import bootstrap_ci
 
+HERE = Path(__file__).resolve().parent
 LABELS = {
     "no_context": "no context",
-    "in_context": "document in context",
+    "in_context": "in context (full document)",
+    "in_context_truncated": "in context (truncated to the window)",
     "d2l": "D2L (own document)",
-    "d2l_other_doc": "D2L (other document)",
+    "d2l_other_doc": "D2L (other document's LoRA)",
+    "d2l_other_entity": "D2L (own LoRA, other entity's question)",
+    "format_lora": "format-only LoRA",
+    "cd": "context distillation (per document)",
 }
+METRICS = {"accuracy": "correct", "exact_match": "em", "f1": "f1", "own_fact": "own_fact"}
+FACTS = "facts"  # the set evaluated at the end of training: the facts alone
+LENGTH_CONDITIONS = ("no_context", "in_context", "in_context_truncated", "d2l", "d2l_other_doc", "cd")
 
 
-def load(run: Path) -> dict[str, Any]:
-    out = {"name": run.name, "eval": json.loads((run / "eval.json").read_text())}
-    summary = run / "summary.json"
-    out["summary"] = json.loads(summary.read_text()) if summary.is_file() else {}
-    loads = run / "loadavg.txt"
-    if loads.is_file():  # "HH:MM:SS 1min 5min 15min" per line
-        one = [float(line.split()[1]) for line in loads.read_text().splitlines() if line.strip()]
-        out["load"] = (min(one), sum(one) / len(one), max(one)) if one else None
-    timing = run / "time_v.txt"
+def load_runs(res: Path) -> dict[str, dict[int, dict[str, Any]]]:
+    """{set: {seed: run}} for the s<seed> and s<seed>_x<k> folders of `res` that hold an eval.json."""
+    out: dict[str, dict[int, dict[str, Any]]] = {}
+    for folder in sorted(res.iterdir()):
+        m = re.fullmatch(r"s(\d+)(?:_x(\d+))?", folder.name)
+        if not m or not (folder / "eval.json").is_file():
+            continue
+        run: dict[str, Any] = {"name": folder.name, "eval": json.loads((folder / "eval.json").read_text())}
+        summary = folder / "summary.json"
+        run["summary"] = json.loads(summary.read_text()) if summary.is_file() else {}
+        run.update(_cost(folder))
+        out.setdefault(FACTS if m.group(2) is None else f"x{m.group(2)}", {})[int(m.group(1))] = run
+    order = {FACTS: 0}
+    return dict(sorted(out.items(), key=lambda kv: order.get(kv[0], int(kv[0][1:]) if kv[0][1:].isdigit() else 99)))
+
+
+def _cost(folder: Path) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    timing = folder / "time_v.txt"
     if timing.is_file():
         text = timing.read_text()
         user = re.search(r"User time \(seconds\): ([\d.]+)", text)
@@ -47,118 +69,239 @@ def load(run: Path) -> dict[str, Any]:
         out["cpu_s"] = float(user.group(1)) + float(sys_.group(1)) if user and sys_ else None
         out["wall"] = wall.group(1) if wall else None
         out["rss_gb"] = int(rss.group(1)) / 1e6 if rss else None
+    loads = folder / "loadavg.txt"
+    if loads.is_file():  # "HH:MM:SS 1min 5min 15min" per line
+        one = [float(line.split()[1]) for line in loads.read_text().splitlines() if len(line.split()) > 1]
+        out["load"] = (min(one), sum(one) / len(one), max(one)) if one else None
     return out
 
 
-def per_condition(ev: dict[str, Any], cond: str) -> dict[str, Any]:
-    per = ev["per_question"]
-    correct = [float(p[cond]["correct"]) for p in per]
-    nll, tokens = [p[cond]["nll"] for p in per], [float(p[cond]["tokens"]) for p in per]
+def _rows(runs: dict[int, dict[str, Any]]) -> list[list[dict[str, Any]]]:
+    """Per seed, the per-question rows; checked to be the same questions in the same order for every seed."""
+    rows = [run["eval"]["per_question"] for _, run in sorted(runs.items())]
+    first = [r["question"] for r in rows[0]]
+    for seed_rows in rows[1:]:
+        if [r["question"] for r in seed_rows] != first:
+            raise ValueError("the seeds were evaluated on different questions (data.seed or data.num_eval differ)")
+    return rows
+
+
+def pooled(runs: dict[int, dict[str, Any]], cond: str, key: str, minus: str | None = None) -> dict[str, Any] | None:
+    """Mean over questions of `key` (a per-question metric; `nll` gives the token-mean answer loss) of `cond`
+    (minus `minus`'s, paired), each question averaged over the seeds; 95% CI resampling documents; per-seed means."""
+    rows = _rows(runs)
+    conds = (cond,) if minus is None else (cond, minus)
+    items = [j for j in range(len(rows[0])) if all(c in seed[j] and key in seed[j][c] for seed in rows for c in conds)]
+    if not items:
+        return None
+
+    def value(seed: list[dict[str, Any]], j: int) -> float:
+        v = float(seed[j][cond][key])
+        return v - float(seed[j][minus][key]) if minus else v
+
+    if key == "nll":  # a ratio: NLL sums over answer tokens
+        weights = [statistics.mean(float(seed[j][cond]["tokens"]) for seed in rows) for j in items]
+    else:
+        weights = [1.0] * len(items)
+    values = [statistics.mean(value(seed, j) for seed in rows) for j in items]
+    docs = [rows[0][j]["doc"] for j in items]
+    per_seed = [sum(value(seed, j) for j in items) / sum(weights) for seed in rows]
     return {
-        "acc": sum(correct) / len(correct),
-        "acc_ci": bootstrap_ci(correct),
-        "ce": sum(nll) / sum(tokens),
-        "ce_ci": bootstrap_ci(nll, tokens),
+        "n": len(items),
+        "docs": len(set(docs)),
+        "mean": sum(values) / sum(weights),
+        "ci": bootstrap_ci(values, weights, clusters=docs),
+        "seeds": per_seed,
     }
 
 
-def paired(ev: dict[str, Any], a: str, b: str) -> tuple[float, list[float]]:
-    diff = [float(p[a]["correct"]) - float(p[b]["correct"]) for p in ev["per_question"]]
-    return sum(diff) / len(diff), bootstrap_ci(diff)
+def cell(stat: dict[str, Any] | None, signed: bool = False) -> str:
+    if stat is None:
+        return "-"
+    f = "{:+.3f}" if signed else "{:.3f}"
+    text = f"{f.format(stat['mean'])} [{f.format(stat['ci'][0])}, {f.format(stat['ci'][1])}]"
+    if len(stat["seeds"]) > 1:
+        text += f" (seeds {', '.join(f.format(s) for s in stat['seeds'])})"
+    return text
 
 
-def fmt_ci(x: float, ci: list[float], digits: int = 3) -> str:
-    return f"{x:.{digits}f} [{ci[0]:.{digits}f}, {ci[1]:.{digits}f}]"
-
-
-def tables(runs: list[dict[str, Any]]) -> str:
+def main_table(runs: dict[int, dict[str, Any]]) -> list[str]:
+    present = [c for c in EVAL_CONDITIONS if any(c in run["eval"]["conditions"] for run in runs.values())]
     lines = [
-        "| run | condition | accuracy [95% CI] | answer CE, nats/token [95% CI] | exact match |",
-        "|---|---|---|---|---|",
+        "| condition | questions (documents) | accuracy [95% CI] (per seed) | exact match | F1 "
+        "| answer CE, nats/token |",
+        "|---|---|---|---|---|---|",
     ]
-    for run in runs:
-        ev = run["eval"]
-        for cond in CONDITIONS:
-            s = per_condition(ev, cond)
-            em = ev[cond].get("exact_match", float("nan"))
-            lines.append(
-                f"| {run['name']} | {LABELS[cond]} | {fmt_ci(s['acc'], s['acc_ci'])} | "
-                f"{fmt_ci(s['ce'], s['ce_ci'])} | {em:.3f} |"
-            )
-    lines += [
-        "",
-        "| run | questions (documents) | D2L - no context, accuracy [paired 95% CI] "
-        "| D2L - other document [paired 95% CI] "
-        "| D2L / in context, accuracy |",
-        "|---|---|---|---|---|",
-    ]
-    for run in runs:
-        ev = run["eval"]
-        d_nc, ci_nc = paired(ev, "d2l", "no_context")
-        d_od, ci_od = paired(ev, "d2l", "d2l_other_doc")
-        ratio = ev["d2l"]["accuracy"] / max(ev["in_context"]["accuracy"], 1e-12)
+    for cond in present:
+        acc = pooled(runs, cond, "correct")
+        if acc is None:
+            continue
+        em, f1, ce = (pooled(runs, cond, k) for k in ("em", "f1", "nll"))
         lines.append(
-            f"| {run['name']} | {ev['num_questions']} ({ev['num_docs']}) | {fmt_ci(d_nc, ci_nc, 3)} | "
-            f"{fmt_ci(d_od, ci_od, 3)} | {ratio:.2f} |"
+            f"| {LABELS[cond]} | {acc['n']} ({acc['docs']}) | {cell(acc)} | {cell(em)} | {cell(f1)} | {cell(ce)} |"
         )
-    lines += [
-        "",
-        "| run | internalize, ms/document (median, batch of 1) | train steps | train runtime, s | "
-        "wall (all) | CPU user+sys, s | peak RSS, GB | 1-min load avg min/mean/max |",
-        "|---|---|---|---|---|---|---|---|",
-    ]
-    for run in runs:
-        s, ev = run["summary"], run["eval"]
-        load = run.get("load")
-        load_s = f"{load[0]:.1f} / {load[1]:.1f} / {load[2]:.1f}" if load else "-"
-        cpu = f"{run['cpu_s']:.0f}" if run.get("cpu_s") else "-"
-        rss = f"{run['rss_gb']:.1f}" if run.get("rss_gb") else "-"
-        runtime = s.get("train_runtime", s.get("runtime_s"))
-        steps = s.get("final_step", s.get("global_step", "-"))
-        lines.append(
-            f"| {run['name']} | {ev['internalize_ms_per_doc']:.0f} | {steps} | "
-            f"{runtime if runtime is None else round(float(runtime))} | {run.get('wall', '-')} | {cpu} | {rss} | "
-            f"{load_s} |"
-        )
-    return "\n".join(lines)
+    return lines
 
 
-def plot(runs: list[dict[str, Any]], path: Path) -> None:
+def paired_table(runs: dict[int, dict[str, Any]]) -> list[str]:
+    lines = [
+        "| D2L minus | questions (documents) | accuracy [paired 95% CI] | F1 [paired 95% CI] |",
+        "|---|---|---|---|",
+    ]
+    for other in ("no_context", "d2l_other_doc", "format_lora", "in_context_truncated", "in_context", "cd"):
+        acc, f1 = pooled(runs, "d2l", "correct", other), pooled(runs, "d2l", "f1", other)
+        if acc is not None:
+            lines.append(f"| {LABELS[other]} | {acc['n']} ({acc['docs']}) | {cell(acc, True)} | {cell(f1, True)} |")
+    return lines
+
+
+def hops_table(runs: dict[int, dict[str, Any]]) -> list[str]:
+    lines = ["| condition | one-fact questions, accuracy | two-fact questions, accuracy |", "|---|---|---|"]
+    for cond in ("no_context", "in_context", "d2l", "d2l_other_doc", "format_lora", "cd"):
+        cells = []
+        for hops in (1, 2):
+            subset = {s: _only(run, lambda r, h=hops: r.get("hops") == h) for s, run in runs.items()}
+            cells.append(cell(pooled(subset, cond, "correct")))
+        if any(c != "-" for c in cells):
+            lines.append(f"| {LABELS[cond]} | {cells[0]} | {cells[1]} |")
+    return lines
+
+
+def _only(run: dict[str, Any], keep: Any) -> dict[str, Any]:
+    ev = dict(run["eval"], per_question=[r for r in run["eval"]["per_question"] if keep(r)])
+    return dict(run, eval=ev)
+
+
+def entity_table(runs: dict[int, dict[str, Any]]) -> list[str]:
+    own, other = pooled(runs, "d2l", "correct"), pooled(runs, "d2l_other_entity", "correct")
+    leak = pooled(runs, "d2l_other_entity", "own_fact")
+    if other is None:
+        return ["(no question kinds: the control needs data=d2l_facts)"]
+    return [
+        "| question asked with the document's LoRA | accuracy vs its own gold answer | states the LoRA's document's "
+        "answer instead |",
+        "|---|---|---|",
+        f"| about the document's entity (D2L) | {cell(own)} | - |",
+        f"| the same kind of question about another document's entity | {cell(other)} | {cell(leak)} |",
+    ]
+
+
+def length_table(sets: dict[str, dict[int, dict[str, Any]]]) -> list[str]:
+    names = list(sets)
+    tokens = {s: _mean_tokens(sets[s]) for s in names}
+    lines = [
+        "| condition | " + " | ".join(f"{s} ({tokens[s]:.0f} tokens)" for s in names) + " |",
+        "|---" * (len(names) + 1) + "|",
+    ]
+    for cond in LENGTH_CONDITIONS:
+        cells = [cell(pooled(sets[s], cond, "correct")) for s in names]
+        if any(c != "-" for c in cells):
+            lines.append(f"| {LABELS[cond]} | " + " | ".join(cells) + " |")
+    shares = []
+    for s in names:
+        flags = [r["in_window"] for r in _rows(sets[s])[0] if r.get("in_window") is not None]
+        shares.append(f"{sum(flags) / len(flags):.3f}" if flags else "-")
+    lines.append("| share of questions whose evidence lies inside the window | " + " | ".join(shares) + " |")
+    return lines
+
+
+def _mean_tokens(runs: dict[int, dict[str, Any]]) -> float:
+    rows = _rows(runs)[0]
+    return sum(r["doc_tokens"] for r in rows) / len(rows)
+
+
+def cost_table(sets: dict[str, dict[int, dict[str, Any]]]) -> list[str]:
+    lines = [
+        "| run | D2L internalize, ms/document | CD, ms/document (median) | format-only LoRA training, s | "
+        "train steps | train runtime, s | wall (all) | CPU user+sys, s | peak RSS, GB | 1-min load min/mean/max |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for runs in sets.values():
+        for _, run in sorted(runs.items()):
+            ev, s = run["eval"], run["summary"]
+            load = run.get("load")
+            values = [
+                f"{ev['internalize_ms_per_doc']:.0f}",
+                f"{ev['cd_ms_per_doc']:.0f} ({ev['cd_docs']} docs)" if "cd_ms_per_doc" in ev else "-",
+                f"{ev['format_lora_train_s']:.0f}" if "format_lora_train_s" in ev else "-",
+                str(s.get("final_step", "-")),
+                f"{s['runtime_s']:.0f}" if "runtime_s" in s else "-",
+                run.get("wall") or "-",
+                f"{run['cpu_s']:.0f}" if run.get("cpu_s") else "-",
+                f"{run['rss_gb']:.1f}" if run.get("rss_gb") else "-",
+                f"{load[0]:.1f} / {load[1]:.1f} / {load[2]:.1f}" if load else "-",
+            ]
+            lines.append(f"| {run['name']} | " + " | ".join(values) + " |")
+    return lines
+
+
+def plot(sets: dict[str, dict[int, dict[str, Any]]], path: Path) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(1, 2, figsize=(11, 4))
-    width = 0.8 / len(runs)
-    for metric, ax, title in (("acc", axes[0], "answer accuracy"), ("ce", axes[1], "answer CE (nats/token)")):
-        for k, run in enumerate(runs):
-            stats = [per_condition(run["eval"], c) for c in CONDITIONS]
-            values = [s[metric] for s in stats]
-            lo = [v - s[f"{metric}_ci"][0] for v, s in zip(values, stats)]
-            hi = [s[f"{metric}_ci"][1] - v for v, s in zip(values, stats)]
-            xs = [i + (k - (len(runs) - 1) / 2) * width for i in range(len(CONDITIONS))]
-            ax.bar(xs, values, width, yerr=[lo, hi], capsize=3, label=run["name"])
-        ax.set_xticks(range(len(CONDITIONS)))
-        ax.set_xticklabels([LABELS[c].replace(" (", "\n(") for c in CONDITIONS], fontsize=8)
-        ax.set_title(f"{title}, 95% bootstrap CI")
-    axes[0].set_ylim(0, 1)
-    axes[1].set_yscale("log")  # CE of a bare-answer run (a few tokens) sits far above the sentence runs
-    axes[0].legend()
-    fig.suptitle("D2L on SmolLM2-135M-Instruct, held-out documents")
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    for cond in LENGTH_CONDITIONS:
+        points = [(_mean_tokens(runs), pooled(runs, cond, "correct")) for runs in sets.values()]
+        points = sorted((x, st) for x, st in points if st is not None)
+        if not points:
+            continue
+        xs, stats = [p[0] for p in points], [p[1] for p in points]
+        ys = [st["mean"] for st in stats]
+        err = [[y - st["ci"][0] for y, st in zip(ys, stats)], [st["ci"][1] - y for y, st in zip(ys, stats)]]
+        ax.errorbar(xs, ys, yerr=err, marker="o", capsize=3, label=LABELS[cond])
+    ax.set_xscale("log", base=2)
+    ax.set_xlabel("document length, tokens (mean of the set)")
+    ax.set_ylabel("accuracy (mean over seeds, 95% CI over documents)")
+    ax.set_ylim(-0.02, 1.02)
+    ax.legend(fontsize=7)
+    ax.set_title("D2L on SmolLM2-135M-Instruct: accuracy vs document length")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def report(sets: dict[str, dict[int, dict[str, Any]]]) -> str:
+    lines: list[str] = []
+    if FACTS in sets:
+        runs = sets[FACTS]
+        ev = next(iter(runs.values()))["eval"]
+        seeds = ", ".join(str(s) for s in sorted(runs))
+        lines += [
+            f"### Held-out documents, the facts alone (seeds {seeds}; window {ev['context_window']} tokens)",
+            "",
+            *main_table(runs),
+            "",
+            "### Paired differences (D2L minus each baseline, same questions)",
+            "",
+            *paired_table(runs),
+            "",
+            "### One-fact and two-fact questions",
+            "",
+            *hops_table(runs),
+            "",
+            "### Same LoRA, other entity",
+            "",
+            *entity_table(runs),
+            "",
+        ]
+    lines += ["### Accuracy vs document length", "", *length_table(sets), "", "### Cost", "", *cost_table(sets)]
+    return "\n".join(lines) + "\n"
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("runs", nargs="+", type=Path)
-    parser.add_argument("--plot", type=Path, default=Path(__file__).with_name("accuracy.png"))
+    parser.add_argument("--results", type=Path, default=HERE / "results" / "open_facts")
     args = parser.parse_args()
-    runs = [load(r) for r in args.runs]
-    print(tables(runs))
-    plot(runs, args.plot)
-    print(f"\nplot: {args.plot}")
+    sets = load_runs(args.results)
+    if not sets:
+        raise SystemExit(f"{args.results}: no s<seed>[_x<k>]/eval.json")
+    text = report(sets)
+    (args.results / "report.md").write_text(text)
+    plot(sets, args.results / "accuracy_vs_length.png")
+    print(text)
+    print(f"written: {args.results / 'report.md'}, {args.results / 'accuracy_vs_length.png'}")
 
 
 if __name__ == "__main__":

@@ -1,4 +1,4 @@
-"""D2L data (synthetic documents, SQuAD-style loader, tokenized views), teacher top-k cache, eval metrics."""
+"""D2L data (synthetic documents, SQuAD-style loader, tokenized views), teacher top-k cache, evaluation."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ import json
 import pytest
 import torch
 
-from posttrain.algos.d2l.evaluate import answer_in_response, normalize, rouge_l
 from posttrain.algos.d2l.loss import topk_kl
+from posttrain.algos.d2l.scoring import contains_answer
 from posttrain.analysis.stats import bootstrap_ci
 from posttrain.data.chat import IGNORE_INDEX
 from posttrain.data.d2l import featurize, load_squad, synthetic_documents, synthetic_qa
@@ -113,7 +113,14 @@ def test_squad_loader_local_files(tmp_path):
     path = tmp_path / "squad.json"
     path.write_text(json.dumps(nested))
     assert load_squad(str(path)) == [
-        {"doc_id": 0, "document": "Paris is in France.", "question": "Where is Paris?", "answer": "France"}
+        {
+            "doc_id": 0,
+            "document": "Paris is in France.",
+            "question": "Where is Paris?",
+            "answer": "France",
+            "answers": ["France"],
+            "answer_start": 12,
+        }
     ]
     flat = tmp_path / "squad.jsonl"
     rows = [
@@ -149,23 +156,6 @@ def test_squad_jsonl_through_the_data_config(compose, tmp_path):
     assert [r["answer"] for r in held] == ["A7", "A8", "A9"]
 
 
-def test_rouge_l_and_normalize():
-    assert normalize("  The  Cat!") == "the cat"
-    assert rouge_l("the cat sat", "the cat sat") == 1.0
-    assert rouge_l("cat", "dog") == 0.0
-    # LCS("a b c d", "a c d e") = 3 -> P = R = 3/4
-    assert rouge_l("a b c d", "a c d e") == pytest.approx(0.75)
-
-
-def test_answer_accuracy_is_whole_word_containment():
-    assert answer_in_response("Mukaton lives in Oslo, Norway.", "Oslo")
-    assert answer_in_response("OSLO", "oslo")
-    assert answer_in_response("He plays the French horn.", "French horn")
-    assert not answer_in_response("She studied education.", "cat")  # a substring of a word does not count
-    assert not answer_in_response("He lives in Rome.", "Oslo")
-    assert not answer_in_response("anything", "")
-
-
 def test_bootstrap_ci_brackets_the_estimate():
     xs = [1.0] * 30 + [0.0] * 70
     lo, hi = bootstrap_ci(xs)
@@ -177,7 +167,7 @@ def test_bootstrap_ci_brackets_the_estimate():
 
 
 def test_evaluation_reports_accuracy_with_cis_and_per_question_numbers(d2l_model):
-    from posttrain.algos.d2l.evaluate import CONDITIONS, evaluate_model
+    from posttrain.algos.d2l.evaluate import evaluate_model
 
     model = d2l_model()
     with torch.no_grad():
@@ -187,7 +177,10 @@ def test_evaluation_reports_accuracy_with_cis_and_per_question_numbers(d2l_model
     per = out["per_question"]
     assert len(per) == len(records) == 6
     assert [p["doc"] for p in per] == [0, 0, 1, 1, 2, 2] and [p["other_doc"] for p in per] == [1, 1, 2, 2, 0, 0]
-    for cond in CONDITIONS:
+    # no kinds (d2l_synth), no baseline steps: the four conditions of the default evaluation and the truncated one
+    conditions = ["no_context", "in_context", "in_context_truncated", "d2l", "d2l_other_doc"]
+    assert out["conditions"] == conditions
+    for cond in conditions:
         entry = out[cond]
         acc = sum(p[cond]["correct"] for p in per) / len(per)
         assert entry["accuracy"] == acc
@@ -195,9 +188,9 @@ def test_evaluation_reports_accuracy_with_cis_and_per_question_numbers(d2l_model
         loss = sum(p[cond]["nll"] for p in per) / sum(p[cond]["tokens"] for p in per)
         assert entry["answer_loss"] == pytest.approx(loss, rel=1e-6)
         assert entry["answer_loss_ci95"][0] <= loss <= entry["answer_loss_ci95"][1]
-        assert all(p[cond]["correct"] == answer_in_response(p[cond]["response"], p["answer"]) for p in per)
+        assert all(p[cond]["correct"] == contains_answer(p[cond]["response"], p["answer"]) for p in per)
     # the same answer tokens in every condition; different LoRAs give different losses
-    assert len({tuple(p[c]["tokens"] for p in per) for c in CONDITIONS}) == 1
+    assert len({tuple(p[c]["tokens"] for p in per) for c in conditions}) == 1
     assert out["d2l"]["answer_loss"] != out["d2l_other_doc"]["answer_loss"]
 
 

@@ -1,4 +1,5 @@
-"""End-to-end `python train.py algo=d2l ...`: training signal, checkpoints, resume, GPT-OSS, held-out gap."""
+"""End-to-end `train.py algo=d2l ...` (in this interpreter; tests/test_console.py runs it as a subprocess):
+training signal, checkpoints, resume, GPT-OSS, held-out gap."""
 
 from __future__ import annotations
 
@@ -7,14 +8,14 @@ import json
 import pytest
 
 from posttrain.callbacks import read_metrics
-from tests.conftest import run_train
+from tests.conftest import run_cli
 
 COMMON = ["algo=d2l", "data=d2l_synth", "trainer.progress_bar=false"]
 
 
 def test_tiny_llama_trains_and_resumes(tmp_path):
     run = tmp_path / "run"
-    proc = run_train(
+    proc = run_cli(
         *COMMON,
         "model=tiny_llama",
         "trainer.max_steps=40",
@@ -44,7 +45,7 @@ def test_tiny_llama_trains_and_resumes(tmp_path):
     summary = json.loads((run / "summary.json").read_text())
     assert {"eval_d2l_answer_loss", "eval_no_context_answer_loss", "internalize_ms_per_doc"} <= set(summary)
     # resume=auto picks up checkpoint-40 and continues to 50 from there
-    proc = run_train(
+    proc = run_cli(
         *COMMON,
         "model=tiny_llama",
         "trainer.max_steps=50",
@@ -62,7 +63,7 @@ def test_tiny_llama_trains_and_resumes(tmp_path):
     assert steps == list(range(1, 51))
     assert (run / "checkpoints" / "checkpoint-50" / "hypernet.safetensors").is_file()
     # mode=eval of the trained run's newest checkpoint, into another directory
-    proc = run_train(
+    proc = run_cli(
         *COMMON,
         "model=tiny_llama",
         "mode=eval",
@@ -79,7 +80,7 @@ def test_tiny_llama_trains_and_resumes(tmp_path):
 
 def test_tiny_gpt_oss_runs(tmp_path):
     run = tmp_path / "run"
-    proc = run_train(
+    proc = run_cli(
         *COMMON,
         "model=tiny_gpt_oss",
         "trainer.max_steps=3",
@@ -114,7 +115,7 @@ def test_held_out_d2l_beats_no_context_and_the_other_document(tmp_path):
     steps of the default task: 2 attributes, init 0.02) gave D2L 5.32 and other document 5.39: a prior only.
     """
     run = tmp_path / "run"
-    proc = run_train(
+    proc = run_cli(
         *COMMON,
         "model=tiny_llama",
         "model.arch.initializer_range=0.1",

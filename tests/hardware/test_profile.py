@@ -10,7 +10,7 @@ import torch
 from posttrain.config import precision as precision_mod
 from posttrain.hardware import apply_profile
 from posttrain.hardware import profile as profile_mod
-from posttrain.hardware.profile import sharding
+from posttrain.hardware.sharding import sharding
 from posttrain.launch import launch_hint
 from posttrain.models import load_kwargs, torch_dtype
 from posttrain.training_args import common_training_kwargs

@@ -34,7 +34,7 @@ from omegaconf import DictConfig
 from posttrain.algos.base import Workload
 from posttrain.algos.registry import get_algorithm
 from posttrain.hardware.params import ParamCounts, count_params
-from posttrain.hardware.profile import sharding
+from posttrain.hardware.sharding import sharding
 from posttrain.models import attn_implementation, torch_dtype
 from posttrain.training_args import gradient_checkpointing
 

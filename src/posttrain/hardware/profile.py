@@ -24,7 +24,7 @@ What a profile decides and where it lands:
 - kernels: `hw.kernels` replaces the default `kernels=trl` unless the command line chose one (tpu: pallas).
 - the algorithm's own keys (e.g. a vLLM mode from `hw.vllm_mode`): `Algorithm.apply_hardware`.
 - more than one device: `posttrain.launch.launch_hint(cfg)` is the `python -m posttrain.launch ...` line
-  (accelerate with conf/accelerate/<hw.accelerate_config>.yaml); the plan shards state (`sharding(hw)`).
+  (accelerate with conf/accelerate/<hw.accelerate_config>.yaml); the plan shards state (`posttrain.hardware.sharding`).
 
 `posttrain.run.run` applies the profile once, before planning or training; everything after reads the result.
 """
@@ -145,17 +145,3 @@ def needs_checkpointing(cfg: DictConfig) -> bool:
     with open_dict(trial):
         trial.hw.gradient_checkpointing = False
     return not plan(trial).fits
-
-
-def sharding(hw: DictConfig) -> str:
-    """How the multi-device strategy splits state: none | optimizer | grads+optimizer | all."""
-    name = (hw.accelerate_config or "").lower()
-    if hw.num_devices <= 1:
-        return "none"
-    if "zero3" in name or "fsdp" in name:
-        return "all"
-    if "zero2" in name:
-        return "grads+optimizer"
-    if "zero1" in name:
-        return "optimizer"
-    return "none"

@@ -131,7 +131,7 @@ def _longest_d2l(cfg: DictConfig) -> tuple[int, float, int, int] | None:
         from posttrain.data.d2l import d2l_records, featurize
 
         algo, enc = cfg.algo, cfg.algo.encoder
-        records, _ = d2l_records(cfg.data)
+        records, _ = d2l_records(cfg.data, tokenizer)
         rows = [featurize(r, tokenizer, algo.max_length, enc.max_doc_length, enc.max_chunks) for r in records]
         chunks = [r.get("ctx_chunks") or [r["ctx_ids"]] for r in rows]
         return (

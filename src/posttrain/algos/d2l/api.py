@@ -55,7 +55,7 @@ def build_trainer(cfg: DictConfig, run_dir: Path, callbacks: list | None = None)
 
     algo = cfg.algo
     model = build_model(cfg)
-    train_records, _ = d2l_records(cfg.data)
+    train_records, _ = d2l_records(cfg.data, model.tokenizer)
     rows = _featurized(cfg, model, train_records)
     teacher = None
     if algo.kl_coef > 0:  # computed by the trainer once it has placed the model
@@ -81,19 +81,34 @@ def build_trainer(cfg: DictConfig, run_dir: Path, callbacks: list | None = None)
 
 
 def _eval(cfg: DictConfig, model: D2LModel) -> dict[str, Any]:
+    from posttrain.algos.d2l.config import context_window
     from posttrain.algos.d2l.evaluate import evaluate_model
     from posttrain.data.d2l import d2l_records
 
-    _, held_out = d2l_records(cfg.data)
+    train, held_out = d2l_records(cfg.data, model.tokenizer)
     algo = cfg.algo
-    return evaluate_model(model, held_out, algo.max_length, algo.max_new_tokens, algo.eval_batch_size)
+    return evaluate_model(
+        model,
+        held_out,
+        algo.max_length,
+        algo.max_new_tokens,
+        algo.eval_batch_size,
+        context_window=context_window(cfg),
+        conditions=None if algo.eval_conditions is None else list(algo.eval_conditions),
+        baselines=algo.baselines,
+        train_records=train if algo.baselines.format_lora_steps else None,
+        seed=int(cfg.seed),
+    )
 
 
 def _flat_eval(result: dict[str, Any]) -> dict[str, Any]:
-    out = {"internalize_ms_per_doc": result["internalize_ms_per_doc"]}
-    for cond in ("no_context", "in_context", "d2l", "d2l_other_doc"):
+    """The scalar numbers of the evaluation (`eval_<condition>_<metric>`, timings) for summary.json."""
+    timings = ("internalize_ms_per_doc", "cd_ms_per_doc", "format_lora_train_s")
+    out = {k: result[k] for k in timings if k in result}
+    for cond in result["conditions"]:
         for metric, value in result[cond].items():
-            out[f"eval_{cond}_{metric}"] = value
+            if not isinstance(value, list):
+                out[f"eval_{cond}_{metric}"] = value
     return out
 
 

@@ -53,10 +53,15 @@ class D2LCollator:
         return batch
 
 
+def view_batch(views: list[dict[str, Any]], pad_id: int) -> dict[str, torch.Tensor]:
+    """`input_ids`/`labels` views (one prompt + reply each), right padded, with their attention mask."""
+    return {
+        "input_ids": _pad([v["input_ids"] for v in views], pad_id),
+        "attention_mask": _mask([v["input_ids"] for v in views]),
+        "labels": _pad([v["labels"] for v in views], IGNORE_INDEX),
+    }
+
+
 def teacher_batch(rows: list[dict[str, Any]], pad_id: int) -> dict[str, torch.Tensor]:
     """The in-context view (document + question) of `rows`, right padded."""
-    return {
-        "input_ids": _pad([r["t_input_ids"] for r in rows], pad_id),
-        "attention_mask": _mask([r["t_input_ids"] for r in rows]),
-        "labels": _pad([r["t_labels"] for r in rows], IGNORE_INDEX),
-    }
+    return view_batch([{"input_ids": r["t_input_ids"], "labels": r["t_labels"]} for r in rows], pad_id)

@@ -43,6 +43,44 @@ class D2LAggregatorConfig:
     mlp_ratio: int = num(2, gt=0)
 
 
+# Evaluation conditions (`posttrain.algos.d2l.evaluate`), in the order they are computed and reported.
+EVAL_CONDITIONS = (
+    "no_context",  # the base model, question only
+    "in_context",  # the document (as D2L reads it) in the prompt; skipped where it exceeds the model's positions
+    "in_context_truncated",  # the document cut to algo.context_window
+    "d2l",  # the LoRA generated from the question's document
+    "d2l_other_doc",  # the LoRA of another held-out document, same question
+    "d2l_other_entity",  # the question's document's LoRA, asked about another document's entity (needs kinds)
+    "format_lora",  # a PEFT LoRA trained on the training questions' replies, no document (baselines.format_lora_*)
+    "cd",  # per-document context distillation into a fresh PEFT LoRA (baselines.cd_*)
+)
+CD_PROBES = ("questions", "probes")
+
+
+@dataclass
+class D2LBaselinesConfig:
+    """Adapter baselines evaluated beside D2L (end of training and mode=eval): PEFT LoRAs with the generated LoRA's
+    rank, alpha, modules and layers (`posttrain.algos.d2l.baselines`)."""
+
+    # Format-only LoRA: one LoRA trained with CE on the training questions' replies (the records and reply format
+    # D2L trains on) with no document anywhere, then asked the held-out questions: what an adapter learns from the
+    # QA format and the answer distribution alone. 0 steps: not evaluated.
+    format_lora_steps: int = num(0, ge=0)
+    format_lora_lr: float = num(1e-3, gt=0)
+    format_lora_batch_size: int = num(8, gt=0)
+    # Per-document context distillation (the D2L paper's CD baseline): for each held-out document a fresh LoRA is
+    # trained for cd_steps full-batch AdamW steps (lr cosine-annealed to 0) to match the top-k distribution of the
+    # base model reading the document in context (cut to algo.context_window) over its own greedy answers to the
+    # probe questions. 0 steps: not evaluated (the paper: 300 steps, lr 1e-4, top-16).
+    cd_steps: int = num(0, ge=0)
+    cd_lr: float = num(1e-4, gt=0)
+    cd_top_k: int = num(16, gt=0)
+    # questions: the document's evaluated questions (the paper's oracle CD: the test queries, answered by the
+    # teacher, never by the gold answers); probes: the record's paraphrased probe questions (data=d2l_facts)
+    cd_probes: str = "questions"
+    cd_max_docs: int = num(0, ge=0)  # CD on the first N held-out documents only (its cost); 0: every document
+
+
 @dataclass
 class D2LAlgoConfig:
     name: str = "d2l"
@@ -71,6 +109,15 @@ class D2LAlgoConfig:
     max_new_tokens: int = num(12, gt=0)
     eval_at_end: bool = True  # held-out evaluation after training (summary.json["eval"])
     eval_batch_size: int = num(16, gt=0)
+    # Which EVAL_CONDITIONS to evaluate; null: every one that applies (format_lora and cd when their steps are set,
+    # d2l_other_entity when the questions have kinds).
+    eval_conditions: list[str] | None = None
+    # Tokens the base model is granted for document + question + answer in the truncated in-context baseline (and
+    # the CD teacher); null: the model's max_position_embeddings. On CPU an experiment grants a small window (e.g.
+    # 512) so that documents of 8x the window stay cheap; D2L reads any document in chunks of
+    # encoder.max_doc_length tokens (up to encoder.max_chunks).
+    context_window: int | None = num(None, gt=0)
+    baselines: D2LBaselinesConfig = field(default_factory=D2LBaselinesConfig)
 
 
 def target_layers(cfg: DictConfig) -> list[int]:
@@ -151,5 +198,45 @@ def validate_d2l(cfg: DictConfig) -> None:
         )
     if not str(cfg.data.name).startswith("d2l"):
         raise ConfigError(
-            f"algo=d2l needs a document QA data set (data=d2l_synth or data=d2l_squad), got data={cfg.data.name}"
+            f"algo=d2l needs a document QA data set (data=d2l_synth, d2l_facts, d2l_squad, d2l_drop or d2l_ropes), "
+            f"got data={cfg.data.name}"
         )
+    _check_eval(cfg)
+
+
+def context_window(cfg: DictConfig) -> int:
+    """The tokens the truncated in-context baseline may use: `algo.context_window`, else the model's positions."""
+    window = cfg.algo.context_window
+    return int(window) if window is not None else int(cfg.model.arch.max_position_embeddings)
+
+
+def _check_eval(cfg: DictConfig) -> None:
+    algo, params = cfg.algo, cfg.data.params
+    unknown = [c for c in algo.eval_conditions or () if c not in EVAL_CONDITIONS]
+    if unknown:
+        raise ConfigError(f"algo.eval_conditions: {unknown[0]} is not one of {', '.join(EVAL_CONDITIONS)}")
+    steps = {"format_lora": algo.baselines.format_lora_steps, "cd": algo.baselines.cd_steps}
+    for cond, n in steps.items():
+        if cond in (algo.eval_conditions or ()) and not n:
+            raise ConfigError(f"algo.eval_conditions names {cond} but algo.baselines.{cond}_steps=0 (nothing to train)")
+    positions = int(cfg.model.arch.max_position_embeddings)
+    if context_window(cfg) > positions:
+        raise ConfigError(f"algo.context_window={algo.context_window} exceeds the model's {positions} positions")
+    if algo.baselines.cd_probes not in CD_PROBES:
+        raise ConfigError(f"algo.baselines.cd_probes={algo.baselines.cd_probes} is not one of {', '.join(CD_PROBES)}")
+    if algo.baselines.cd_probes == "probes" and algo.baselines.cd_steps and cfg.data.name != "d2l_facts":
+        raise ConfigError("algo.baselines.cd_probes=probes needs records with probe questions (data=d2l_facts)")
+    if cfg.data.name == "d2l_facts" and cfg.data.source == "generator":
+        from posttrain.data.d2l.facts import facts_problems
+
+        problems = facts_problems(params)
+        if problems:
+            raise ConfigError(problems[0])
+        reads = int(algo.encoder.max_doc_length) * int(algo.encoder.max_chunks)
+        for key in ("train_doc_tokens", "eval_doc_tokens"):
+            if int(params.get(key, 0)) > reads:
+                raise ConfigError(
+                    f"data.params.{key}={params[key]} exceeds what D2L reads (algo.encoder.max_doc_length "
+                    f"{algo.encoder.max_doc_length} x max_chunks {algo.encoder.max_chunks} = {reads} tokens): "
+                    "raise algo.encoder.max_chunks"
+                )

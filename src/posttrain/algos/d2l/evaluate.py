@@ -1,89 +1,84 @@
 """Held-out evaluation of D2L against its baselines, on documents never seen in training.
 
-Conditions (same questions, same answers):
+Conditions (`config.EVAL_CONDITIONS`; the same questions and gold answers unless said otherwise):
 - `no_context`: the base model, question only;
-- `in_context`: the base model with the document in the prompt;
-- `d2l`: the base model + the LoRA generated from the document, question only;
-- `d2l_other_doc`: the LoRA generated from a *different* held-out document (control: is the LoRA document-specific
-  or only a generic answer-format prior?).
-Metrics: answer loss (token-mean CE on answer tokens), and of greedy answers: answer accuracy (the answer appears
-in the response as whole words, case-insensitive: "Mukaton lives in Oslo." is right for "Oslo"), exact match and
-ROUGE-L F1; 95% bootstrap CIs over questions for answer loss and accuracy; the per-question numbers
-(`per_question`) so that CIs and paired differences can be recomputed; and the internalization latency (ms per
-document, batch of one).
+- `in_context`: the document as D2L reads it (`max_doc_length` x `max_chunks` tokens) in the prompt; questions
+  whose prompt would exceed the model's positions are left out of it (the condition, when that is all of them);
+- `in_context_truncated`: the document cut so that it and the question fit in `context_window` tokens (the fair
+  in-context baseline for a model granted that window; the CD teacher reads the same cut);
+- `d2l`: the LoRA generated from the question's document, question only;
+- `d2l_other_doc`: the LoRA generated from another held-out document (`other_doc`), same question;
+- `d2l_other_entity`: the question's document's LoRA, asked another document's question of the same kind (records
+  with a `kind`): scored against that other document's answer (a LoRA that binds its facts to its entity is no help
+  there), and `own_fact` counts responses stating this document's answer to the same kind of question instead;
+- `format_lora`, `cd`: the PEFT adapter baselines of `baselines.py` (cd on the first `cd_max_docs` documents).
+Metrics: answer loss (token-mean NLL of the reference reply), and of greedy responses accuracy (a gold answer in the
+response), SQuAD exact match and F1 (`scoring.py`); 95% bootstrap CIs resample documents, not questions (the
+questions about one document are not independent). `per_question` holds every number per question (with the
+document's length in tokens and whether its evidence lies inside the truncated window), so that CIs, seeds and
+paired differences can be recomputed. Timings: `internalize_ms_per_doc` (D2L: one forward, batch of one, median
+over the first 8 documents), `cd_ms_per_doc` (median wall time of a document's distillation), `format_lora_train_s`.
+
+The CD teacher's document is cut to the window (`baselines.teacher_document`) so that it, the longest probe and
+`max_new_tokens` of answer fit: for the documents that fit the window whole, the same document D2L reads.
 """
 
 from __future__ import annotations
 
-import re
 import statistics
 import time
+from dataclasses import dataclass
 from typing import Any
 
 import torch
 import torch.nn.functional as F
 
-from posttrain.algos.d2l.batching import D2LCollator, teacher_batch
-from posttrain.algos.d2l.encoder import backbone_of
+from posttrain.algos.d2l.baselines import distilled_lora, format_lora, lm_answer_logits, teacher_document
+from posttrain.algos.d2l.batching import view_batch
+from posttrain.algos.d2l.config import EVAL_CONDITIONS
 from posttrain.algos.d2l.lora import GeneratedLoRA
+from posttrain.algos.d2l.scoring import best_over, contains_answer, score
 from posttrain.analysis.stats import bootstrap_ci
-from posttrain.data.chat import IGNORE_INDEX
-from posttrain.data.d2l import featurize, in_context_prompt, visible_document
+from posttrain.data.d2l import featurize, in_context_prompt, in_context_view, visible_document, window_document
 
-CONDITIONS = ("no_context", "in_context", "d2l", "d2l_other_doc")
-
-
-def normalize(text: str) -> str:
-    return re.sub(r"\s+", " ", re.sub(r"[^\w\s]", "", text.lower())).strip()
+METRICS = {"accuracy": "correct", "exact_match": "em", "f1": "f1"}  # summary name -> per-question key
 
 
-def rouge_l(prediction: str, reference: str) -> float:
-    """ROUGE-L F1 over normalized whitespace tokens (LCS; rouge-score's formula without stemming)."""
-    p, r = normalize(prediction).split(), normalize(reference).split()
-    if not p or not r:
-        return float(p == r)
-    dp = [[0] * (len(r) + 1) for _ in range(len(p) + 1)]
-    for i, a in enumerate(p):
-        for j, b in enumerate(r):
-            dp[i + 1][j + 1] = dp[i][j] + 1 if a == b else max(dp[i][j + 1], dp[i + 1][j])
-    lcs = dp[-1][-1]
-    if lcs == 0:
-        return 0.0
-    prec, rec = lcs / len(p), lcs / len(r)
-    return 2 * prec * rec / (prec + rec)
+@dataclass
+class Task:
+    """What one condition asks: per question index in `items`, the view whose reply is scored, the prompt answered
+    greedily, the gold answers, and the document whose generated LoRA is applied (None: no generated LoRA)."""
 
-
-def answer_in_response(prediction: str, answer: str) -> bool:
-    """The answer occurs in the response as a run of whole words, after `normalize` (case, punctuation)."""
-    a = normalize(answer)
-    return bool(a) and f" {a} " in f" {normalize(prediction)} "
+    items: list[int]
+    views: list[dict[str, Any]]
+    prompts: list[str]
+    golds: list[list[str]]
+    lora_docs: list[int] | None = None
 
 
 @torch.no_grad()
-def _answer_nll(
-    model: Any, batch: dict[str, torch.Tensor], lora: GeneratedLoRA | None
-) -> tuple[list[float], list[int]]:
+def answer_nll(model: Any, batch: dict[str, torch.Tensor], lora: GeneratedLoRA | None) -> tuple[list[float], list[int]]:
     """Per row of `batch`: (sum of answer-token NLL, answer-token count) with `lora` applied (None: bare base)."""
     model.apply_lora(lora)
     try:
-        hidden = backbone_of(model.base)(
-            input_ids=batch["input_ids"], attention_mask=batch["attention_mask"], use_cache=False
-        ).last_hidden_state
+        logits, targets, rows = lm_answer_logits(model.base, batch)
     finally:
         model.reset()
-    labels = batch["labels"][:, 1:]
-    sel = labels != IGNORE_INDEX
-    logits = model.base.get_output_embeddings()(hidden[:, :-1][sel]).float()
-    nll = F.cross_entropy(logits, labels[sel], reduction="none")
-    row = torch.arange(labels.shape[0], device=labels.device).unsqueeze(1).expand_as(labels)[sel]
-    sums = torch.zeros(labels.shape[0], device=nll.device).index_add_(0, row, nll)
-    return sums.tolist(), sel.sum(1).tolist()
+    nll = F.cross_entropy(logits, targets, reduction="none")
+    n = batch["labels"].shape[0]
+    sums = torch.zeros(n, device=nll.device).index_add_(0, rows, nll)
+    counts = torch.zeros(n, dtype=torch.long, device=rows.device).index_add_(0, rows, torch.ones_like(rows))
+    return sums.tolist(), counts.tolist()
 
 
 def _docs(records: list[dict[str, Any]]) -> tuple[list[str], list[int]]:
     docs: dict[str, int] = {}
     index = [docs.setdefault(r["document"], len(docs)) for r in records]
     return list(docs), index
+
+
+def golds(record: dict[str, Any]) -> list[str]:
+    return list(record.get("answers") or [record["answer"]])
 
 
 @torch.no_grad()
@@ -103,6 +98,74 @@ def internalize_latency_ms(model: Any, docs: list[str], repeats: int = 1) -> flo
     return statistics.median(times)
 
 
+def other_entity_pairs(records: list[dict[str, Any]], doc_index: list[int], n_docs: int) -> list[int | None]:
+    """For each question j: a question of the same `kind` about another document (the first document after j's
+    that has one), or None (records without kinds, or no such question)."""
+    by_doc_kind = {(doc_index[k], r.get("kind")): k for k, r in enumerate(records)}
+    pairs: list[int | None] = []
+    for j, r in enumerate(records):
+        found = None
+        if r.get("kind") is not None:
+            for step in range(1, n_docs):
+                found = by_doc_kind.get(((doc_index[j] + step) % n_docs, r["kind"]))
+                if found is not None:
+                    break
+        pairs.append(found)
+    return pairs
+
+
+def wanted_conditions(conditions: Any, baselines: Any, has_pairs: bool) -> list[str]:
+    """The conditions to evaluate: `conditions` (None: every one that applies) in EVAL_CONDITIONS order."""
+    applies = {
+        "format_lora": bool(baselines is not None and baselines.format_lora_steps),
+        "cd": bool(baselines is not None and baselines.cd_steps),
+        "d2l_other_entity": has_pairs,
+    }
+    if conditions is None:
+        return [c for c in EVAL_CONDITIONS if applies.get(c, True)]
+    missing = [c for c in conditions if not applies.get(c, True)]
+    if missing:
+        raise ValueError(f"condition {missing[0]} does not apply (no steps configured, or questions without kinds)")
+    return [c for c in EVAL_CONDITIONS if c in conditions]
+
+
+def run_task(
+    model: Any, task: Task, all_lora: GeneratedLoRA | None, batch_size: int, max_new_tokens: int, generate: bool
+) -> dict[int, dict[str, Any]]:
+    """{question index: {nll, tokens[, response, correct, em, f1]}} of one condition."""
+    out: dict[int, dict[str, Any]] = {}
+    pad = model.tokenizer.pad_token_id
+    for i in range(0, len(task.items), batch_size):
+        part = slice(i, i + batch_size)
+        lora = None
+        if task.lora_docs is not None and all_lora is not None:
+            lora = all_lora.select(task.lora_docs[part])
+        batch = {k: v.to(model.device) for k, v in view_batch(task.views[part], pad).items()}
+        sums, counts = answer_nll(model, batch, lora)
+        responses = model.generate(task.prompts[part], lora, max_new_tokens) if generate else [None] * len(sums)
+        for j, s, n, resp, gold in zip(task.items[part], sums, counts, responses, task.golds[part]):
+            out[j] = {"nll": s, "tokens": n} | ({"response": resp, **score(resp, gold)} if generate else {})
+    return out
+
+
+def summarize_condition(per: dict[int, dict[str, Any]], doc_index: list[int]) -> dict[str, Any]:
+    """Means over the condition's questions, with 95% CIs that resample documents."""
+    items = sorted(per)
+    clusters = [doc_index[j] for j in items]
+    nll, tokens = [per[j]["nll"] for j in items], [float(per[j]["tokens"]) for j in items]
+    entry: dict[str, Any] = {
+        "n": len(items),
+        "answer_loss": sum(nll) / max(sum(tokens), 1.0),
+        "answer_loss_ci95": bootstrap_ci(nll, tokens, clusters=clusters),
+    }
+    for name, key in (*METRICS.items(), ("own_fact", "own_fact")):
+        if items and key in per[items[0]]:
+            values = [float(per[j][key]) for j in items]
+            entry[name] = sum(values) / len(values)
+            entry[f"{name}_ci95"] = bootstrap_ci(values, clusters=clusters)
+    return entry
+
+
 @torch.no_grad()
 def evaluate_model(
     model: Any,
@@ -111,85 +174,169 @@ def evaluate_model(
     max_new_tokens: int = 12,
     batch_size: int = 16,
     generate: bool = True,
+    *,
+    context_window: int | None = None,
+    conditions: list[str] | None = None,
+    baselines: Any = None,
+    train_records: list[dict[str, Any]] | None = None,
+    seed: int = 0,
 ) -> dict[str, Any]:
-    """Metrics per condition over held-out `records` ({document, question, answer}); documents are read as the
-    model reads them (`model.max_doc_length` tokens per chunk, `model.max_chunks` chunks), in context too."""
+    """Metrics per condition over held-out `records` ({document, question, answer[, answers, kind]}); documents
+    are read as the model reads them (`model.max_doc_length` tokens per chunk, `model.max_chunks` chunks).
+    `baselines`: `algo.baselines` (format_lora needs `train_records`); `context_window` None: the model's
+    positions."""
     was_training = model.training
     model.train(False)
-    tok, device = model.tokenizer, model.device
+    tok = model.tokenizer
     docs, doc_index = _docs(records)
     if len(docs) < 2:
         raise ValueError("evaluation needs at least two held-out documents (the other-document control)")
+    positions = int(model.base.config.max_position_embeddings)
+    window = int(context_window or positions)
     read = {"max_doc_length": model.max_doc_length, "max_chunks": model.max_chunks}
+    rows = [featurize(r, tok, max_length, **read) for r in records]
+    seen = [visible_document(d, tok, **read)[1] for d in docs]
+    cut = [window_document(r, tok, max_length, window) for r in records]
+    doc_tokens = [len(tok(d, add_special_tokens=False)["input_ids"]) for d in docs]
+    other = [(d + 1) % len(docs) for d in range(len(docs))]
+    pairs = other_entity_pairs(records, doc_index, len(docs))
+    wanted = wanted_conditions(conditions, baselines, any(p is not None for p in pairs))
+    everyone = list(range(len(records)))
+    student = [{"input_ids": r["input_ids"], "labels": r["labels"]} for r in rows]
+    questions = [r["question"] for r in records]
+    gold = [golds(r) for r in records]
+    fits = [j for j in everyone if len(rows[j]["t_input_ids"]) <= positions]
+    if not fits and "in_context" in wanted:  # no question's document fits the model's positions
+        wanted.remove("in_context")
+    paired = [j for j in everyone if pairs[j] is not None]
+    tasks = {
+        "no_context": Task(everyone, student, questions, gold),
+        "in_context": Task(
+            fits,
+            [{"input_ids": rows[j]["t_input_ids"], "labels": rows[j]["t_labels"]} for j in fits],
+            [in_context_prompt(seen[doc_index[j]], questions[j]) for j in fits],
+            [gold[j] for j in fits],
+        ),
+        "in_context_truncated": Task(
+            everyone,
+            [in_context_view(cut[j], records[j], tok, max_length, window) for j in everyone],
+            [in_context_prompt(cut[j], questions[j]) for j in everyone],
+            gold,
+        ),
+        "d2l": Task(everyone, student, questions, gold, doc_index),
+        "d2l_other_doc": Task(everyone, student, questions, gold, [other[d] for d in doc_index]),
+        "d2l_other_entity": Task(
+            paired,
+            [student[pairs[j]] for j in paired],  # type: ignore[index]  # paired: pairs[j] is set
+            [questions[pairs[j]] for j in paired],  # type: ignore[index]
+            [gold[pairs[j]] for j in paired],  # type: ignore[index]
+            [doc_index[j] for j in paired],
+        ),
+    }
     all_lora = GeneratedLoRA.cat([model.internalize(docs[i : i + batch_size]) for i in range(0, len(docs), batch_size)])
-    other = [(i + 1) % len(docs) for i in range(len(docs))]
-    collate = D2LCollator(tok.pad_token_id)
-    nll: dict[str, list[float]] = {c: [] for c in CONDITIONS}
-    count: dict[str, list[int]] = {c: [] for c in CONDITIONS}
-    preds: dict[str, list[str]] = {c: [] for c in CONDITIONS}
-    for i in range(0, len(records), batch_size):
-        chunk = records[i : i + batch_size]
-        idx = doc_index[i : i + batch_size]
-        rows = [featurize(r, tok, max_length, **read) for r in chunk]
-        student = {k: v.to(device) for k, v in collate(rows).items()}
-        teacher = {k: v.to(device) for k, v in teacher_batch(rows, tok.pad_token_id).items()}
-        mine, theirs = all_lora.select(idx), all_lora.select([other[j] for j in idx])
-        for cond, batch, lora in (
-            ("no_context", student, None),
-            ("in_context", teacher, None),
-            ("d2l", student, mine),
-            ("d2l_other_doc", student, theirs),
-        ):
-            s, n = _answer_nll(model, batch, lora)
-            nll[cond] += s
-            count[cond] += n
-        if generate:
-            questions = [r["question"] for r in chunk]
-            preds["no_context"] += model.generate(questions, None, max_new_tokens)
-            seen = [visible_document(r["document"], tok, **read)[1] for r in chunk]
-            preds["in_context"] += model.generate(
-                [in_context_prompt(d, r["question"]) for d, r in zip(seen, chunk)], None, max_new_tokens
-            )
-            preds["d2l"] += model.generate(questions, mine, max_new_tokens)
-            preds["d2l_other_doc"] += model.generate(questions, theirs, max_new_tokens)
-    result: dict[str, Any] = {"num_docs": len(docs), "num_questions": len(records)}
-    answers = [r["answer"] for r in records]
-    correct = {c: [float(answer_in_response(p, a)) for p, a in zip(preds[c], answers)] for c in preds}
-    for cond in CONDITIONS:
-        entry: dict[str, Any] = {
-            "answer_loss": sum(nll[cond]) / max(sum(count[cond]), 1),
-            "answer_loss_ci95": bootstrap_ci(nll[cond], [float(n) for n in count[cond]]),
-        }
-        if generate:
-            entry["accuracy"] = sum(correct[cond]) / len(records)
-            entry["accuracy_ci95"] = bootstrap_ci(correct[cond])
-            entry["exact_match"] = sum(normalize(p) == normalize(a) for p, a in zip(preds[cond], answers)) / len(
-                records
-            )
-            entry["rouge_l"] = sum(rouge_l(p, a) for p, a in zip(preds[cond], answers)) / len(records)
-        result[cond] = entry
-    result["internalize_ms_per_doc"] = internalize_latency_ms(model, docs[: min(len(docs), 32)])
-    result["examples"] = (
-        [
-            {"question": r["question"], "answer": r["answer"], **{c: preds[c][j] for c in CONDITIONS}}
-            for j, r in enumerate(records[:5])
-        ]
+    per: dict[str, dict[int, dict[str, Any]]] = {}
+    for cond in (c for c in wanted if c in tasks):
+        per[cond] = run_task(model, tasks[cond], all_lora, batch_size, max_new_tokens, generate)
+    if generate and "d2l_other_entity" in per:
+        for j, entry in per["d2l_other_entity"].items():
+            entry["own_fact"] = best_over(contains_answer, entry["response"], gold[j])
+    result: dict[str, Any] = {
+        "num_docs": len(docs),
+        "num_questions": len(records),
+        "context_window": window,
+        "conditions": wanted,
+        "internalize_ms_per_doc": internalize_latency_ms(model, docs[:8]),
+    }
+    if "format_lora" in wanted:
+        if not train_records:
+            raise ValueError("the format-only LoRA needs the training records")
+        train_rows = [featurize(r, tok, max_length, **read) for r in train_records]
+        b = baselines
+        with format_lora(
+            model, train_rows, steps=b.format_lora_steps, lr=b.format_lora_lr, batch_size=b.format_lora_batch_size,
+            seed=seed,
+        ) as seconds:  # fmt: skip
+            per["format_lora"] = run_task(model, tasks["no_context"], None, batch_size, max_new_tokens, generate)
+        result["format_lora_train_s"] = seconds
+    if "cd" in wanted:
+        per["cd"], times = _distill_each(
+            model, records, doc_index, docs, student, gold, window, baselines, seed,
+            max_length=max_length, max_new_tokens=max_new_tokens, batch_size=batch_size, generate=generate,
+        )  # fmt: skip
+        result["cd_docs"] = len(times)
+        result["cd_ms_per_doc"] = statistics.median(times) * 1000
+    for cond in wanted:
+        result[cond] = summarize_condition(per[cond], doc_index)
+    result["examples"] = [
+        {"question": r["question"], "answer": r["answer"], **{c: per[c][j]["response"] for c in per if j in per[c]}}
+        for j, r in enumerate(records[:5])
         if generate
-        else []
-    )
+    ]
     result["per_question"] = [
         {
             "doc": doc_index[j],
             "other_doc": other[doc_index[j]],
             "question": r["question"],
             "answer": r["answer"],
-            **{
-                c: {"nll": nll[c][j], "tokens": count[c][j]}
-                | ({"response": preds[c][j], "correct": bool(correct[c][j])} if generate else {})
-                for c in CONDITIONS
-            },
+            "answers": gold[j],
+            "kind": r.get("kind"),
+            "hops": r.get("hops"),
+            "doc_tokens": doc_tokens[doc_index[j]],
+            "in_window": _in_window(r, cut[j]),
+            **{c: per[c][j] for c in per if j in per[c]},
         }
         for j, r in enumerate(records)
     ]
     model.train(was_training)
     return result
+
+
+def _distill_each(
+    model: Any,
+    records: list[dict[str, Any]],
+    doc_index: list[int],
+    docs: list[str],
+    student: list[dict[str, Any]],
+    gold: list[list[str]],
+    window: int,
+    baselines: Any,
+    seed: int,
+    *,
+    max_length: int,
+    max_new_tokens: int,
+    batch_size: int,
+    generate: bool,
+) -> tuple[dict[int, dict[str, Any]], list[float]]:
+    """Per-document context distillation on the first `cd_max_docs` documents: each document's own fresh LoRA
+    answers its questions; the wall time of each distillation."""
+    b = baselines
+    count = len(docs) if not b.cd_max_docs else min(int(b.cd_max_docs), len(docs))
+    per: dict[int, dict[str, Any]] = {}
+    times = []
+    for d in range(count):
+        items = [j for j, dj in enumerate(doc_index) if dj == d]
+        if b.cd_probes == "probes":
+            if not records[items[0]].get("probes"):
+                raise ValueError("algo.baselines.cd_probes=probes but the records have no probe questions")
+            probes = list(records[items[0]]["probes"])
+        else:  # the paper's oracle CD: the evaluated questions themselves, answered by the teacher
+            probes = [records[j]["question"] for j in items]
+        document = teacher_document(model, docs[d], probes, window, max_new_tokens)
+        task = Task(
+            items, [student[j] for j in items], [records[j]["question"] for j in items], [gold[j] for j in items]
+        )
+        with distilled_lora(
+            model, document, probes, steps=b.cd_steps, lr=b.cd_lr, top_k=b.cd_top_k, max_length=max_length,
+            max_new_tokens=max_new_tokens, seed=seed + d,
+        ) as seconds:  # fmt: skip
+            per.update(run_task(model, task, None, batch_size, max_new_tokens, generate))
+        times.append(seconds)
+    return per, times
+
+
+def _in_window(record: dict[str, Any], cut: str) -> bool | None:
+    """Whether everything the question needs lies inside the truncated document (None: not known)."""
+    end = record.get("evidence_end")
+    if end is None and record.get("answer_start") is not None:
+        end = int(record["answer_start"]) + len(record["answer"])
+    return None if end is None else end <= len(cut)

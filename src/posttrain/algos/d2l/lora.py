@@ -8,6 +8,8 @@ of the forward pass, because gradient checkpointing re-runs the layer forward du
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import torch
@@ -143,16 +145,39 @@ def install(
 ) -> dict[str, D2LLinear]:
     """Replace each target with a `D2LLinear` around it (idempotent); returns `{path: wrapper}`."""
     wrappers: dict[str, D2LLinear] = {}
-    for path, (li, _, _module) in targets.items():
-        sub = path.split(".", 2)[2]
-        parent_path, _, attr = sub.rpartition(".")
-        parent = layers[li].get_submodule(parent_path) if parent_path else layers[li]
+    for path in targets:
+        parent, attr = _parent(layers, path)
         current = getattr(parent, attr)
         if not isinstance(current, D2LLinear):
             current = D2LLinear(current, scaling)
             setattr(parent, attr, current)
         wrappers[path] = current
     return wrappers
+
+
+def _parent(layers: nn.ModuleList, path: str) -> tuple[nn.Module, str]:
+    """(the module holding the target `path` = "layers.<i>.<sub path>", its attribute name there)."""
+    _, li, sub = path.split(".", 2)
+    parent_path, _, attr = sub.rpartition(".")
+    layer = layers[int(li)]
+    return (layer.get_submodule(parent_path) if parent_path else layer), attr
+
+
+@contextmanager
+def unwrapped(layers: nn.ModuleList, wrappers: dict[str, D2LLinear]) -> Iterator[None]:
+    """The wrapped base layers back in their places for the duration (for PEFT, which takes any module with a
+    `base_layer` for one of its own tuner layers); the wrappers return on exit, around the same base layers."""
+    for path, w in wrappers.items():
+        parent, attr = _parent(layers, path)
+        setattr(parent, attr, w.base_layer)
+    try:
+        yield
+    finally:
+        for path, w in wrappers.items():
+            parent, attr = _parent(layers, path)
+            if getattr(parent, attr) is not w.base_layer:
+                raise RuntimeError(f"{path} was replaced while unwrapped (a PEFT adapter left injected?)")
+            setattr(parent, attr, w)
 
 
 def set_lora(

@@ -5,7 +5,8 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +18,7 @@ from torch import nn
 from posttrain.algos.d2l.config import encoder_depth, target_layers
 from posttrain.algos.d2l.encoder import ContextEncoder, backbone_of
 from posttrain.algos.d2l.hypernet import Hypernet, HypernetSpec
-from posttrain.algos.d2l.lora import D2LLinear, GeneratedLoRA, find_targets, install, set_lora
+from posttrain.algos.d2l.lora import D2LLinear, GeneratedLoRA, find_targets, install, set_lora, unwrapped
 from posttrain.data.chat import IGNORE_INDEX
 from posttrain.errors import CheckpointError
 
@@ -99,6 +100,13 @@ class D2LModel(nn.Module):
     def reset(self) -> None:
         """Remove any applied LoRA: the base model is itself again."""
         set_lora(self.wrappers, None)
+
+    @contextmanager
+    def plain_base(self) -> Iterator[nn.Module]:
+        """`base` exactly as loaded, without the generated-LoRA wrappers, for the duration (adapter baselines)."""
+        self.reset()
+        with unwrapped(backbone_of(self.base).layers, self.wrappers):  # type: ignore[arg-type]  # a ModuleList
+            yield self.base
 
     def apply_lora(self, lora: GeneratedLoRA | None, token_index: torch.Tensor | None = None) -> None:
         """Apply `lora` (one per batch row, or one per packed segment with `token_index[b, t]`) until `reset()`."""

@@ -134,7 +134,7 @@ def validate_grpo(cfg: DictConfig) -> None:
             f"algo.generation.backend={rollout.name} ({rollout.summary}) does not run on hw.device={cfg.hw.device}; "
             f"one of {others}"
         )
-    shards_weights = any(tag in (cfg.hw.accelerate_config or "") for tag in ("zero3", "fsdp"))
+    shards_weights = any(tag in (cfg.hw.accelerate_config or "") for tag in ("zero3", "fsdp"))  # no torch here
     if rollout.merged_copy and cfg.hw.num_devices > 1 and shards_weights:
         raise ConfigError(
             f"algo.generation.backend={rollout.name} keeps a whole copy of the policy per process, which "

@@ -1,7 +1,12 @@
-"""D2L data: (document, question, answer) records — offline synthetic documents or SQuAD-style sets — and their
-tokenization into the three views D2L needs: the document alone (context encoder, in chunks), the question alone
+"""D2L data: (document, question, answer) records — offline generated documents (`d2l_synth`: closed-set
+attributes; `d2l_facts`: open answers, one- and two-fact questions, optionally long) or SQuAD / DROP / ROPES — and
+their tokenization into the views D2L needs: the document alone (context encoder, in chunks), the question alone
 (student, labels on the answer) and document + question (in-context teacher and baseline), where both document
-views hold exactly the same, possibly cut, document."""
+views hold exactly the same, possibly cut, document; and the document cut to what a model granted a context
+window of W tokens can read with the question (`window_document`: the truncated in-context baseline).
+
+Importing the package loads no torch (config validation reads `facts`): the tokenizing functions import the chat
+helpers on first use."""
 
 from __future__ import annotations
 
@@ -9,22 +14,29 @@ from typing import Any
 
 from omegaconf import DictConfig
 
-from posttrain.data.chat import IGNORE_INDEX, assistant_labels, check_labels
+from posttrain.data.d2l.facts import fact_documents, fact_qa
 from posttrain.data.d2l.squad import load_squad
 from posttrain.data.d2l.synthetic import ATTRIBUTES, synthetic_documents, synthetic_qa
 from posttrain.errors import DataError
 
 __all__ = [
     "ATTRIBUTES",
+    "QA_FORMATS",
     "chunks_of",
     "d2l_records",
+    "fact_documents",
+    "fact_qa",
     "featurize",
     "in_context_prompt",
+    "in_context_view",
     "load_squad",
     "synthetic_documents",
     "synthetic_qa",
     "visible_document",
+    "window_document",
 ]
+GENERATORS = ("d2l_synth", "d2l_facts")
+QA_FORMATS = {"d2l_squad": "squad", "d2l_drop": "drop", "d2l_ropes": "ropes"}  # data.name -> load_squad's fmt
 
 
 def _split_by_doc(records: list[dict[str, Any]], num_train: int, num_eval: int) -> tuple[list, list]:
@@ -37,25 +49,35 @@ def _split_by_doc(records: list[dict[str, Any]], num_train: int, num_eval: int) 
     return [r for r in records if r["doc_id"] in train_ids], [r for r in records if r["doc_id"] in held]
 
 
-def d2l_records(data_cfg: DictConfig) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    """(train, held-out) QA records for `data_cfg`; held-out documents never appear in training."""
+def d2l_records(data_cfg: DictConfig, tokenizer: Any = None) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """(train, held-out) QA records for `data_cfg`; held-out documents never appear in training. `tokenizer`: the
+    run's, for documents padded to a length in tokens (`d2l_facts`' `train_doc_tokens`, `eval_doc_tokens`)."""
     params = dict(data_cfg.params)
     if data_cfg.source == "generator":
-        if data_cfg.name != "d2l_synth":
-            raise DataError(f"data.name={data_cfg.name!r} has no D2L generator (available: d2l_synth)")
-        train = synthetic_qa(data_cfg.num_train, seed=data_cfg.seed, held_out=False, **params)
-        held = synthetic_qa(data_cfg.num_eval, seed=data_cfg.seed, held_out=True, **params)
+        if data_cfg.name not in GENERATORS:
+            raise DataError(f"data.name={data_cfg.name!r} has no D2L generator (available: {', '.join(GENERATORS)})")
+        if data_cfg.name == "d2l_facts":
+            params["tokenizer"] = tokenizer
+            make: Any = fact_qa
+        else:
+            make = synthetic_qa
+        try:
+            train = make(data_cfg.num_train, seed=data_cfg.seed, held_out=False, **params)
+            held = make(data_cfg.num_eval, seed=data_cfg.seed, held_out=True, **params)
+        except ValueError as ex:
+            raise DataError(f"data={data_cfg.name}: {ex}") from None
         return train, held
     if not data_cfg.path:
         raise DataError(
             f"data.source={data_cfg.source} needs data.path (a file, or a hub name such as rajpurkar/squad)"
         )
+    fmt = QA_FORMATS.get(str(data_cfg.name), "squad")
     eval_split = params.get("eval_split")
     if eval_split:  # separate hub split for held-out documents
-        train = _split_by_doc(load_squad(data_cfg.path, data_cfg.split), data_cfg.num_train, 0)[0]
-        held_all = load_squad(data_cfg.path, eval_split)
+        train = _split_by_doc(load_squad(data_cfg.path, data_cfg.split, fmt=fmt), data_cfg.num_train, 0)[0]
+        held_all = load_squad(data_cfg.path, eval_split, fmt=fmt)
         return train, _split_by_doc(held_all, 0, min(data_cfg.num_eval, len({r["doc_id"] for r in held_all}) - 1))[1]
-    return _split_by_doc(load_squad(data_cfg.path, data_cfg.split), data_cfg.num_train, data_cfg.num_eval)
+    return _split_by_doc(load_squad(data_cfg.path, data_cfg.split, fmt=fmt), data_cfg.num_train, data_cfg.num_eval)
 
 
 def in_context_prompt(document: str, question: str) -> str:
@@ -81,24 +103,58 @@ def chunks_of(ids: list[int], max_doc_length: int) -> list[list[int]]:
     return [ids[i : i + max_doc_length] for i in range(0, len(ids), max_doc_length)]
 
 
+def _reply(record: dict[str, Any]) -> list[dict[str, str]]:
+    return [{"role": "assistant", "content": record.get("reply") or record["answer"]}]
+
+
+def in_context_view(document: str, record: dict[str, Any], tokenizer: Any, max_length: int, doc_tokens: int):
+    """`input_ids`/`labels` of `document` + the record's question, labels on its reply (`doc_tokens`: the
+    document's length, added to the `max_length` of question + reply, + a few tokens where a cut text retokenizes
+    differently)."""
+    from posttrain.data.chat import assistant_labels
+
+    messages = [{"role": "user", "content": in_context_prompt(document, record["question"])}] + _reply(record)
+    return assistant_labels(tokenizer, messages, max_length + doc_tokens + 8)
+
+
+def window_document(record: dict[str, Any], tokenizer: Any, max_length: int, window: int) -> str:
+    """The record's document cut (its first tokens) so that document + question + reply fit in `window` tokens:
+    what a model granted a context window of `window` tokens reads in context."""
+    from posttrain.data.chat import assistant_labels
+
+    student = assistant_labels(tokenizer, [{"role": "user", "content": record["question"]}] + _reply(record))
+    budget = window - len(student["input_ids"]) - 4  # + the separator between document and question
+    for _ in range(4):  # a cut text can retokenize a few tokens longer: shrink by the excess and retry
+        if budget <= 0:
+            break
+        ids, text = visible_document(record["document"], tokenizer, budget)
+        excess = len(in_context_view(text, record, tokenizer, max_length, len(ids))["input_ids"]) - window
+        if excess <= 0:
+            return text
+        budget -= excess
+    raise DataError(
+        f"a context window of {window} tokens leaves no room for the document of {record['question']!r} "
+        f"(question + reply: {len(student['input_ids'])} tokens): raise algo.context_window"
+    )
+
+
 def featurize(
     record: dict[str, Any], tokenizer: Any, max_length: int, max_doc_length: int, max_chunks: int = 1
 ) -> dict[str, Any]:
     """Token ids for one record: the visible document `ctx_ids` and its `ctx_chunks` (of at most `max_doc_length`
     tokens each, at most `max_chunks`), student `input_ids/labels`, teacher `t_input_ids/t_labels` (the teacher
     reads exactly the visible document). The labelled reply is the record's `reply` if it has one, else `answer`."""
+    import torch
+
+    from posttrain.data.chat import IGNORE_INDEX, assistant_labels, check_labels
+
     ctx, document = visible_document(record["document"], tokenizer, max_doc_length, max_chunks)
     if not ctx:
         raise DataError(f"the document of {record['question']!r} is empty: nothing to internalize")
-    answer = [{"role": "assistant", "content": record.get("reply") or record["answer"]}]
-    student = assistant_labels(tokenizer, [{"role": "user", "content": record["question"]}] + answer, max_length)
-    teacher = assistant_labels(
-        tokenizer,
-        [{"role": "user", "content": in_context_prompt(document, record["question"])}] + answer,
-        max_length + len(ctx) + 8,  # + a few tokens where the cut text retokenizes differently
+    student = assistant_labels(
+        tokenizer, [{"role": "user", "content": record["question"]}] + _reply(record), max_length
     )
-    import torch
-
+    teacher = in_context_view(document, record, tokenizer, max_length, len(ctx))
     for name, view in (("student", student), ("in-context", teacher)):
         check_labels(torch.tensor(view["labels"]), where=f"{name} view of {record['question']!r}")
     n_s = sum(t != IGNORE_INDEX for t in student["labels"])

@@ -1,0 +1,91 @@
+"""Table and plot of issue 25's arms: held-out accuracy gain per seed, mean with a 95% CI over seeds, and the
+paired difference from the preset on the same seeds.
+
+    python experiments/grpo_objectives/report.py [--arms a,b,...] [--plot experiments/grpo_objectives/gains.png]
+
+Reads results/<arm>/seed<S>/summary.json (written by run.py). CI: mean +- t(0.975, n-1) * sd / sqrt(n).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import statistics
+from pathlib import Path
+
+from scipy import stats
+
+RESULTS = Path(__file__).resolve().parent / "results"
+
+
+def load() -> dict[str, dict[int, dict]]:
+    runs: dict[str, dict[int, dict]] = {}
+    for summary in sorted(RESULTS.glob("*/seed*/summary.json")):
+        arm, seed = summary.parent.parent.name, int(summary.parent.name.removeprefix("seed"))
+        runs.setdefault(arm, {})[seed] = json.loads(summary.read_text())
+    return runs
+
+
+def ci(values: list[float]) -> tuple[float, float, float]:
+    mean = statistics.fmean(values)
+    if len(values) < 2:
+        return mean, math.nan, math.nan
+    half = stats.t.ppf(0.975, len(values) - 1) * statistics.stdev(values) / math.sqrt(len(values))
+    return mean, mean - half, mean + half
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--arms", help="comma list (default: all with results)")
+    p.add_argument("--plot", default=str(Path(__file__).resolve().parent / "gains.png"))
+    args = p.parse_args()
+    runs = load()
+    arms = args.arms.split(",") if args.arms else list(runs)
+    gains = {
+        arm: {s: r["heldout_acc_after"] - r["heldout_acc_before"] for s, r in sorted(runs.get(arm, {}).items())}
+        for arm in arms
+    }
+    base = gains.get("preset", {})
+    print("| arm | seeds | after (mean) | gain mean [95% CI] | min gain | vs preset, paired [95% CI] | s per run |")
+    print("|---|---|---|---|---|---|---|")
+    for arm in arms:
+        g = gains[arm]
+        if not g:
+            continue
+        mean, lo, hi = ci(list(g.values()))
+        after = statistics.fmean(runs[arm][s]["heldout_acc_after"] for s in g)
+        shared = [s for s in g if s in base]
+        paired = "—"
+        if arm != "preset" and len(shared) >= 2:
+            d, dlo, dhi = ci([g[s] - base[s] for s in shared])
+            paired = f"{d:+.3f} [{dlo:+.3f}, {dhi:+.3f}] (n={len(shared)})"
+        runtime = statistics.fmean(runs[arm][s]["runtime_s"] for s in g)
+        seeds_ = ",".join(str(s) for s in g)
+        print(
+            f"| {arm} | {seeds_} | {after:.3f} | {mean:+.3f} [{lo:+.3f}, {hi:+.3f}] | {min(g.values()):+.3f} | "
+            f"{paired} | {runtime:.0f} |"
+        )
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    shown = [a for a in arms if gains[a]]
+    fig, ax = plt.subplots(figsize=(1.2 * len(shown) + 2, 4))
+    for i, arm in enumerate(shown):
+        values = list(gains[arm].values())
+        mean, lo, hi = ci(values)
+        ax.scatter([i] * len(values), values, color="0.5", s=14, zorder=3)
+        ax.errorbar([i], [mean], yerr=[[mean - lo], [hi - mean]] if not math.isnan(lo) else None, fmt="o", color="C0")
+    ax.axhline(0, color="0.8", lw=1)
+    ax.set_xticks(range(len(shown)), shown, rotation=30, ha="right")
+    ax.set_ylabel("held-out accuracy gain (200 problems)")
+    ax.set_title("GRPO on SmolLM2-135M, make-train config: gain per seed, mean and 95% CI")
+    fig.tight_layout()
+    fig.savefig(args.plot, dpi=120)
+    print(f"plot: {args.plot}")
+
+
+if __name__ == "__main__":
+    main()

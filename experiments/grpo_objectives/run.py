@@ -1,0 +1,84 @@
+"""Issue 25's arms on the `make train` configuration, each seed one `python train.py` run (resumable: a run whose
+summary.json exists is skipped).
+
+    python experiments/grpo_objectives/run.py --arms preset,all_linear --seeds 0-4 [--jobs 2 --threads 1]
+    python experiments/grpo_objectives/run.py --list
+
+Every run: `python train.py +experiment=grpo_smollm2_add <the arm's overrides> seed=S`, into
+experiments/grpo_objectives/results/<arm>/seed<S>/ (config.yaml, metrics.jsonl, summary.json with the held-out
+accuracy before and after, the run's log); checkpoints are not kept. `--jobs N` runs N at a time, each with
+`hw.threads=T` (on 2 cores: `--jobs 2 --threads 1`; fp32 results do not depend on the thread count).
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import subprocess
+import sys
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+RESULTS = Path(__file__).resolve().parent / "results"
+ARMS: dict[str, list[str]] = {
+    "preset": [],
+    "all_linear": ["model.lora.targets=all_linear"],
+    "all_linear_lr2e-4": ["model.lora.targets=all_linear", "trainer.lr=2e-4"],
+    "all_linear_lr1e-4": ["model.lora.targets=all_linear", "trainer.lr=1e-4"],
+    "bf16_copy": ["algo.generation.backend=bf16_copy"],
+    "bf16_copy_corrected": ["algo.generation.backend=bf16_copy", "algo.sampler_correction=true"],
+    "dynamic_sampling": ["algo.dynamic_sampling.enabled=true"],
+    "dapo": ["algo.loss_type=dapo"],
+    "cispo": ["algo.loss_type=cispo", "algo.epsilon_high=5.0"],  # ScaleRL's recommended cap (TRL's docs)
+    "sapo": ["algo.loss_type=sapo"],
+}
+
+
+def seeds(spec: str) -> list[int]:
+    out: list[int] = []
+    for part in spec.split(","):
+        lo, _, hi = part.partition("-")
+        out += list(range(int(lo), int(hi or lo) + 1))
+    return out
+
+
+def run(arm: str, seed: int, threads: int, extra: list[str]) -> str:
+    out = RESULTS / arm / f"seed{seed}"
+    if (out / "summary.json").exists():
+        return f"{arm} seed {seed}: done before"
+    out.mkdir(parents=True, exist_ok=True)
+    cmd = [sys.executable, str(ROOT / "train.py"), "+experiment=grpo_smollm2_add", *ARMS[arm], *extra]
+    cmd += [f"seed={seed}", f"hw.threads={threads}", "trainer.progress_bar=false", "trainer.save_steps=0"]
+    cmd += [f"hydra.run.dir={out}"]
+    with open(out / "run.log", "w") as log:
+        code = subprocess.call(cmd, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)
+    shutil.rmtree(out / "checkpoints", ignore_errors=True)
+    return f"{arm} seed {seed}: exit {code}"
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--arms", default="preset")
+    p.add_argument("--seeds", default="0-4")
+    p.add_argument("--jobs", type=int, default=1)
+    p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--set", action="append", default=[], help="extra override for every run (KEY=VALUE)")
+    p.add_argument("--list", action="store_true")
+    args = p.parse_args()
+    if args.list:
+        for name, overrides in ARMS.items():
+            print(f"{name:24s} {' '.join(overrides) or '(the make train preset)'}")
+        return 0
+    unknown = [a for a in args.arms.split(",") if a not in ARMS]
+    if unknown:
+        p.error(f"unknown arms {unknown}; --list shows them")
+    todo = [(arm, s) for s in seeds(args.seeds) for arm in args.arms.split(",")]
+    with ThreadPoolExecutor(args.jobs) as pool:
+        for line in pool.map(lambda job: run(*job, args.threads, args.set), todo):
+            print(line, flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

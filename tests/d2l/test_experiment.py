@@ -1,0 +1,63 @@
+"""experiments/d2l_smollm2 end to end at tiny scale: run.sh's commands on model=tiny_llama (two seeds, training and a
+long-document evaluation each), then report.py; its pooled numbers are the seeds' own."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+SCRIPT = ROOT / "experiments" / "d2l_smollm2" / "run.sh"
+
+
+def _report_module():
+    spec = importlib.util.spec_from_file_location("d2l_report", SCRIPT.parent / "report.py")
+    module = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
+    spec.loader.exec_module(module)  # type: ignore[union-attr]
+    return module
+
+
+@pytest.mark.slow
+def test_run_script_and_report_at_tiny_scale(tmp_path):
+    env = {**os.environ, "SCALE": "tiny", "SEEDS": "0 1", "MULTIPLES": "2", "OUT": str(tmp_path), "PY": sys.executable}
+    proc = subprocess.run(["bash", str(SCRIPT)], cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    res = tmp_path / "results"
+    assert sorted(p.name for p in res.iterdir()) == ["s0", "s0_x2", "s1", "s1_x2"]
+    trained = json.loads((res / "s0" / "eval.json").read_text())
+    assert trained["conditions"] == [
+        "no_context", "in_context", "in_context_truncated", "d2l", "d2l_other_doc", "d2l_other_entity",
+        "format_lora", "cd",
+    ]  # fmt: skip
+    long = json.loads((res / "s0_x2" / "eval.json").read_text())
+    assert "format_lora" not in long["conditions"] and long["context_window"] == 256
+    assert all(400 < p["doc_tokens"] <= 512 for p in long["per_question"])  # 2 x the 256-token window
+    assert [p["question"] for p in long["per_question"]] == [p["question"] for p in trained["per_question"]]
+    report = subprocess.run(
+        [sys.executable, str(SCRIPT.parent / "report.py"), "--results", str(res)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert report.returncode == 0, report.stderr[-2000:]
+    text = (res / "report.md").read_text()
+    assert "| D2L (own document) | " in text and "| context distillation (per document) | " in text
+    assert "| format-only LoRA | " in text and "| the same kind of question about another document's entity |" in text
+    assert "x2 (" in text and "(seeds " in text and (res / "accuracy_vs_length.png").stat().st_size > 0
+    # pooled over seeds question by question: with the same answer tokens, the seeds' mean of their own numbers
+    mod = _report_module()
+    sets = mod.load_runs(res)
+    assert list(sets) == ["facts", "x2"] and sorted(sets["facts"]) == [0, 1]
+    summaries = [json.loads((res / f"s{s}" / "summary.json").read_text()) for s in (0, 1)]
+    for cond in ("d2l", "no_context", "cd"):
+        stat = mod.pooled(sets["facts"], cond, "nll")
+        seeds = [s[f"eval_{cond}_answer_loss"] for s in summaries]
+        assert stat["seeds"] == pytest.approx(seeds, rel=1e-9) and stat["mean"] == pytest.approx(sum(seeds) / 2)
+        assert stat["ci"][0] <= stat["mean"] <= stat["ci"][1]
