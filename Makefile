@@ -1,6 +1,6 @@
 # make train  — set up .venv and run GRPO on SmolLM2-135M-Instruct (two-digit arithmetic, CPU, ~10 min): it learns
 # make smoke  — the tiny random-model pipeline run (python train.py: tiny_llama, length probe, ~1 min)
-# make test   — set up .venv and run the whole test suite (slow end-to-end tests included)
+# make test   — set up .venv and run the whole test suite (slow end-to-end tests included; 2 pytest-xdist workers)
 # make lint   — ruff (lint + format check) and mypy
 PYTHON ?= python3.11
 VENV ?= .venv
@@ -8,6 +8,8 @@ PY := $(VENV)/bin/python
 # CPU wheel by default; on a GPU machine: make setup TORCH_SPEC="torch==2.8.0" EXTRAS=dev,gpu
 TORCH_SPEC ?= torch==2.13.0
 EXTRAS ?= dev
+# pytest-xdist workers for make test / test-fast (one CPU thread each: tests/conftest.py); TEST_WORKERS=0: one process
+TEST_WORKERS ?= 2
 
 .PHONY: setup train smoke test test-fast lint format clean
 
@@ -28,10 +30,10 @@ smoke: setup
 	$(PY) train.py $(ARGS)
 
 test: setup
-	$(PY) -m pytest -q $(PYTEST_ARGS)
+	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile $(PYTEST_ARGS)
 
 test-fast: setup
-	$(PY) -m pytest -q -m "not slow" $(PYTEST_ARGS)
+	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile -m "not slow" $(PYTEST_ARGS)
 
 lint: setup
 	$(VENV)/bin/ruff check .

@@ -1,4 +1,5 @@
-"""Shared fixtures: composed configs for tiny models, and a helper to run `train.py` as a subprocess."""
+"""Shared fixtures: composed configs for tiny models, and helpers to run `train.py`: as a subprocess (a fresh
+interpreter: terminal output, signals, launchers) or in this interpreter (no seconds of imports per run)."""
 
 from __future__ import annotations
 
@@ -13,6 +14,22 @@ ROOT = Path(__file__).resolve().parents[1]
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 os.environ.setdefault("WANDB_MODE", "offline")
+# one CPU thread per process (this one and every `train.py` it starts), unless the caller set OMP_NUM_THREADS:
+# the tiny models gain nothing from a second thread, `make test` runs two pytest workers on a 2-core machine, and
+# on a loaded machine two OpenMP threads per process waiting on each other made the in-process tests 6x slower
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+
+
+def pytest_collection_modifyitems(config, items):
+    """Under pytest-xdist (`make test`: `--dist loadfile`, one file per worker at a time) the files holding slow
+    tests are handed out first and the many short files fill in behind them, so that no worker starts a minute-long
+    file while the other runs out of work. Each file keeps its order; a run without workers keeps pytest's order."""
+    if not os.environ.get("PYTEST_XDIST_WORKER"):
+        return
+    files = list(dict.fromkeys(item.nodeid.split("::")[0] for item in items))
+    slow = {item.nodeid.split("::")[0] for item in items if item.get_closest_marker("slow")}
+    rank = {f: (f not in slow, i) for i, f in enumerate(files)}
+    items.sort(key=lambda item: rank[item.nodeid.split("::")[0]])
 
 
 def run_train(*overrides: str, cwd: Path = ROOT, timeout: int = 900) -> subprocess.CompletedProcess:
@@ -26,6 +43,21 @@ def run_train(*overrides: str, cwd: Path = ROOT, timeout: int = 900) -> subproce
         timeout=timeout,
         env=env,
     )
+
+
+def run_cli(*overrides: str, cwd: Path = ROOT, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    """`python train.py <overrides>` in this interpreter (`posttrain.cli.main`: the one-line precheck, Hydra, `run`),
+    run from `cwd`, as run_train's CompletedProcess. For end-to-end checks that need no fresh interpreter: a
+    subprocess pays several seconds of imports per call. Output of loggers made before the call is not captured."""
+    from experiments.reliability.reliability_runner import run_cli_inprocess
+
+    before = Path.cwd()
+    os.chdir(cwd)
+    try:
+        rc, out, err = run_cli_inprocess(list(overrides), env=env)
+    finally:
+        os.chdir(before)
+    return subprocess.CompletedProcess([str(ROOT / "train.py"), *overrides], rc, out, err)
 
 
 @pytest.fixture

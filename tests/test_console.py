@@ -302,7 +302,7 @@ def test_train_py_terminal_summary_and_plots(tmp_path):
 @pytest.mark.parametrize(
     "algo,overrides,label",
     [
-        ("d2l", ("algo=d2l", "data=d2l_synth", "algo.eval_at_end=false"), "ce"),
+        ("d2l", ("algo=d2l", "data=d2l_synth", "data.num_train=16", "data.num_eval=0", "algo.eval_at_end=false"), "ce"),
         (
             "contrastive",
             (

@@ -103,9 +103,9 @@ def test_heldout_accuracy_scores_the_test_split(compose, tmp_path, monkeypatch):
 
 @pytest.mark.slow
 def test_summary_has_heldout_accuracy_before_and_after(tmp_path):
-    from tests.conftest import run_train
+    from tests.conftest import run_cli
 
-    proc = run_train(
+    proc = run_cli(
         "data=add",
         "data.heldout=8",
         "trainer.max_steps=1",
@@ -122,7 +122,7 @@ def test_summary_has_heldout_accuracy_before_and_after(tmp_path):
     assert summary["heldout_n"] == 8
     assert len((tmp_path / "heldout_after.jsonl").read_text().splitlines()) == 8
     # mode=eval on the saved adapter scores the same held-out problems the same way (greedy is deterministic)
-    proc = run_train(
+    proc = run_cli(
         "data=add", "data.heldout=8", "mode=eval", "algo.max_completion_length=4", f"hydra.run.dir={tmp_path}"
     )
     assert proc.returncode == 0, proc.stderr[-3000:]

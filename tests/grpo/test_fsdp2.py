@@ -2,7 +2,7 @@
 
 The kernel path must run inside the FSDP root's forward (the root unshards the embedding, final norm and LM head);
 called on the backbone directly it fails on sharded (DTensor) parameters. `tests/grpo/fsdp2_grpo_loss.py` does
-the work; here it is launched with torch's own launcher.
+the work; here it is launched once, with torch's own launcher, for all three backends.
 """
 
 from __future__ import annotations
@@ -18,10 +18,13 @@ import pytest
 from tests.conftest import ROOT
 
 pytestmark = pytest.mark.slow
+KERNELS = ["trl", "eager", "fused"]
 
 
-@pytest.mark.parametrize("kernels", ["trl", "eager", "fused"])
-def test_fsdp2_two_ranks_match_one_process(tmp_path, kernels):
+@pytest.fixture(scope="module")
+def fsdp2_results(tmp_path_factory) -> dict[str, dict]:
+    """One 2-rank launch of the helper for every backend: {kernels: its JSON line}."""
+    tmp = tmp_path_factory.mktemp("fsdp2")
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
@@ -36,8 +39,8 @@ def test_fsdp2_two_ranks_match_one_process(tmp_path, kernels):
             "--master_port",
             str(port),
             str(ROOT / "tests" / "grpo" / "fsdp2_grpo_loss.py"),
-            str(tmp_path),
-            kernels,
+            str(tmp),
+            ",".join(KERNELS),
         ],
         capture_output=True,
         text=True,
@@ -47,6 +50,14 @@ def test_fsdp2_two_ranks_match_one_process(tmp_path, kernels):
         check=False,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
-    (out,) = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
+    lines = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
+    results = {out["kernels"]: out for out in lines}
+    assert len(lines) == len(results) == len(KERNELS), proc.stdout[-3000:]
+    return results
+
+
+@pytest.mark.parametrize("kernels", KERNELS)
+def test_fsdp2_two_ranks_match_one_process(fsdp2_results, kernels):
+    out = fsdp2_results[kernels]
     assert out["sharded"].startswith("FSDP") and out["ref_grad_norm"] > 0.05
     assert out["max_rel_grad_err"] < 1e-5, out

@@ -1,4 +1,5 @@
-"""End-to-end `python train.py` runs: the run directory, the GPT-OSS path, and the length probe."""
+"""End-to-end `train.py` runs (in this interpreter; tests/test_console.py runs `python train.py` as a subprocess):
+the run directory, the GPT-OSS path, and the length probe."""
 
 from __future__ import annotations
 
@@ -7,12 +8,12 @@ import json
 import pytest
 
 from posttrain.callbacks import read_metrics
-from tests.conftest import run_train
+from tests.conftest import run_cli
 
 
 def test_tiny_gpt_oss_grpo_three_steps_and_run_dir(tmp_path):
     run = tmp_path / "run"
-    proc = run_train("model=tiny_gpt_oss", "algo=grpo", "trainer.max_steps=3", f"hydra.run.dir={run}")
+    proc = run_cli("model=tiny_gpt_oss", "algo=grpo", "trainer.max_steps=3", f"hydra.run.dir={run}")
     assert proc.returncode == 0, proc.stderr[-3000:]
     metrics = read_metrics(run / "metrics.jsonl")
     assert [m["step"] for m in metrics] == [1, 2, 3]
@@ -28,7 +29,7 @@ def test_tiny_gpt_oss_grpo_three_steps_and_run_dir(tmp_path):
 def test_length_probe_rises_until_the_cap(tmp_path):
     """The default task: reward = min(len, 12)/12 must climb from a short-completion start to the cap."""
     run = tmp_path / "run"
-    proc = run_train("trainer.max_steps=30", "trainer.progress_bar=false", f"hydra.run.dir={run}")
+    proc = run_cli("trainer.max_steps=30", "trainer.progress_bar=false", f"hydra.run.dir={run}")
     assert proc.returncode == 0, proc.stderr[-3000:]
     rewards = [m["reward"] for m in read_metrics(run / "metrics.jsonl")]
     assert len(rewards) == 30
@@ -40,7 +41,7 @@ def test_length_probe_rises_until_the_cap(tmp_path):
 def test_full_finetuning_with_kl_uses_the_initial_weights_as_reference(tmp_path):
     """No hub id for a tiny model: its initial weights are saved in the run dir and TRL's reference loads them."""
     run = tmp_path / "run"
-    proc = run_train(
+    proc = run_cli(
         "model.lora.enabled=false",
         "algo.beta=0.04",
         "trainer.max_steps=3",

@@ -9,7 +9,7 @@ import torch
 
 from posttrain.algos.grpo.kl_control import AdaptiveBeta
 from posttrain.callbacks import read_metrics
-from tests.conftest import run_train
+from tests.conftest import run_cli
 
 
 def test_proportional_rule_moves_toward_target_and_clips():
@@ -42,7 +42,7 @@ def test_state_is_what_hf_checkpoints_and_rebuilds_the_controller():
 
 def _betas(tmp_path, target: float) -> tuple[list[float], list[float]]:
     run = tmp_path / f"t{target}"
-    proc = run_train(
+    proc = run_cli(
         "trainer.max_steps=5",
         "trainer.progress_bar=false",
         "algo.beta=0.05",

@@ -1,4 +1,5 @@
-"""`train.py` whose checkpoints pause 3 s before they are marked complete: lets a test kill a run mid-save."""
+"""`train.py` whose checkpoints from step 2 on pause 60 s before they are marked complete: lets a test kill a run
+mid-save (checkpoint-1 is saved at full speed: the test keeps it and kills the save of checkpoint-2)."""
 
 import time
 from pathlib import Path
@@ -10,8 +11,8 @@ _write_atomic = checkpoints._write_atomic
 
 
 def _slow_write_atomic(path: Path, text: str) -> None:
-    if path.name == checkpoints.COMPLETE_MARKER:
-        time.sleep(3)
+    if path.name == checkpoints.COMPLETE_MARKER and int(path.parent.name.rsplit("-", 1)[1]) >= 2:
+        time.sleep(60)
     _write_atomic(path, text)
 
 

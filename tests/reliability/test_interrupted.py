@@ -1,8 +1,9 @@
 """Interrupted checkpoints: a run SIGKILLed while writing checkpoint-2 keeps checkpoint-1 whole; `resume=auto` picks
 the newest complete checkpoint, says which, and metrics.jsonl continues without duplicated or missing steps.
 
-The killed run goes through `slow_save_train.py` (train.py with a 3 s pause before each checkpoint is marked
-complete), so the kill lands between "files being written" and "checkpoint complete" every time.
+The killed run is a real process that goes through `slow_save_train.py` (train.py with a 60 s pause before
+checkpoint-2 and later are marked complete), so the kill lands between "files being written" and "checkpoint
+complete" every time. The resumed run is `train.py` in this interpreter.
 """
 
 from __future__ import annotations
@@ -15,8 +16,10 @@ import time
 from pathlib import Path
 
 import pytest
+import torch
 
 from posttrain.checkpoints import COMPLETE_MARKER, complete_checkpoints, resolve_resume
+from tests.conftest import run_cli
 from tests.reliability.helpers import COMMON, ROOT, TINY, metrics
 
 ENV = {
@@ -29,17 +32,8 @@ ENV = {
 }
 
 
-def _cmd(algo: str, run: Path, *extra: str, entry: Path = ROOT / "train.py") -> list[str]:
-    return [
-        sys.executable,
-        str(entry),
-        *COMMON,
-        *TINY[algo],
-        "trainer.max_steps=4",
-        "trainer.save_steps=1",
-        *extra,
-        f"hydra.run.dir={run}",
-    ]
+def _overrides(algo: str, run: Path, *extra: str) -> list[str]:
+    return [*COMMON, *TINY[algo], "trainer.max_steps=4", "trainer.save_steps=1", *extra, f"hydra.run.dir={run}"]
 
 
 def test_resume_auto_picks_newest_complete_checkpoint_and_says_which(tmp_path, capsys):
@@ -64,7 +58,7 @@ def test_sigkill_while_saving_keeps_previous_checkpoint(algo, tmp_path):
     ckpts = run / "checkpoints"
     log = (tmp_path / "killed.log").open("w")
     proc = subprocess.Popen(
-        _cmd(algo, run, entry=Path(__file__).with_name("slow_save_train.py")),
+        [sys.executable, str(Path(__file__).with_name("slow_save_train.py")), *_overrides(algo, run)],
         cwd=ROOT,
         env=ENV,
         stdout=log,
@@ -86,9 +80,12 @@ def test_sigkill_while_saving_keeps_previous_checkpoint(algo, tmp_path):
     assert complete_checkpoints(ckpts) == [ckpts / "checkpoint-1"]
     assert [m["step"] for m in metrics(run)] == [1, 2]  # step 2 was logged before its save was killed
 
-    resumed = subprocess.run(
-        _cmd(algo, run, "resume=auto"), cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=900
-    )
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)  # as the killed process (OMP_NUM_THREADS=1)
+    try:
+        resumed = run_cli(*_overrides(algo, run, "resume=auto"))
+    finally:
+        torch.set_num_threads(before)
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert f"resume=auto: resuming from {ckpts / 'checkpoint-1'}" in resumed.stdout
     assert [m["step"] for m in metrics(run)] == [1, 2, 3, 4]  # step 2 re-run once, not logged twice

@@ -10,13 +10,17 @@ advantages, loss, DDP gradient averaging, the optimizer step) has to agree for t
 training each rank prints one JSON line saying how it was distributed (accelerate's type, the model wrapper).
 
     accelerate launch --config_file conf/accelerate/ddp.yaml --num_processes 2 tests/sweeps/seeded_train.py ...
+
+The one-process runs the tests compare with run in the test's interpreter under `seeded()` (no launch needed).
 """
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import json
 import os
+from collections.abc import Iterator
 
 import torch
 from transformers import GenerationMixin, LogitsProcessor, LogitsProcessorList, Trainer
@@ -38,6 +42,7 @@ class RowSeededGumbel(LogitsProcessor):
 
 _calls = itertools.count()
 _generate = GenerationMixin.generate
+_train = Trainer.train
 
 
 def _seeded_generate(self, *args, **kwargs):
@@ -46,11 +51,6 @@ def _seeded_generate(self, *args, **kwargs):
     proc = RowSeededGumbel(next(_calls), int(os.environ.get("RANK", "0")) * rows, rows)
     kwargs["logits_processor"] = LogitsProcessorList([proc, *(kwargs.get("logits_processor") or [])])
     return _generate(self, *args, **kwargs)
-
-
-GenerationMixin.generate = _seeded_generate
-
-_train = Trainer.train
 
 
 def _train_and_report(self, *args, **kwargs):
@@ -71,9 +71,31 @@ def _train_and_report(self, *args, **kwargs):
     return out
 
 
-Trainer.train = _train_and_report
+def install() -> None:
+    """Patch generation and training as this script runs them; the generate calls are counted from 0."""
+    global _calls
+    _calls = itertools.count()
+    GenerationMixin.generate = _seeded_generate
+    Trainer.train = _train_and_report
+
+
+@contextlib.contextmanager
+def seeded() -> Iterator[None]:
+    """The one-process run in the test's own interpreter: the patches for the duration, one CPU thread (as each
+    launched rank has), then everything as it was."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    install()
+    try:
+        yield
+    finally:
+        GenerationMixin.generate = _generate
+        Trainer.train = _train
+        torch.set_num_threads(threads)
+
 
 if __name__ == "__main__":
     from posttrain.cli import main
 
+    install()
     main()

@@ -1,5 +1,6 @@
 """End-to-end sweeps and multi-process runs on the tiny model: Optuna trials, the submitit launcher (local),
-and a 2-process accelerate launch (gloo on CPU) that must match a 1-process run with the same global batch."""
+and a 2-process accelerate launch (gloo on CPU) that must match a 1-process run with the same global batch.
+The sweeping `train.py -m` and the 1-process runs run in this interpreter; jobs, tasks and ranks are processes."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ import pytest
 import yaml
 
 from posttrain.analysis import load_optuna, load_runs, load_summaries
-from tests.conftest import ROOT, run_train
+from tests.conftest import ROOT, run_cli
 from tests.sweeps.test_sweeps_configs import needs_optuna, needs_submitit
 
 pytestmark = pytest.mark.slow
@@ -29,7 +30,7 @@ def _run_dirs(folder: Path) -> list[Path]:
 @needs_optuna
 def test_optuna_preset_completes_3_trials(tmp_path):
     sweep = tmp_path / "optuna"
-    proc = run_train(
+    proc = run_cli(
         "-m",
         "hparams_search=grpo",
         "hydra.sweeper.n_trials=3",
@@ -55,7 +56,7 @@ def test_optuna_preset_completes_3_trials(tmp_path):
 def test_submitit_local_launcher_two_jobs_of_two_tasks(tmp_path):
     """hydra/launcher=local (submitit_local, the SLURM presets' shape): 2 jobs, each 2 tasks that become one DDP run."""
     sweep = tmp_path / "submitit"
-    proc = run_train(
+    proc = run_cli(
         "-m",
         "hydra/launcher=local",
         "hydra.launcher.tasks_per_node=2",
@@ -81,27 +82,30 @@ def test_submitit_local_launcher_two_jobs_of_two_tasks(tmp_path):
 
 
 def _seeded(*overrides: str, nproc: int, cwd: Path) -> subprocess.CompletedProcess:
-    script = str(ROOT / "tests" / "sweeps" / "seeded_train.py")
+    """tests/sweeps/seeded_train.py with `overrides`: `accelerate launch`ed on `nproc` ranks, or for one process in
+    this interpreter (the same sampling, no launch)."""
     if nproc == 1:
-        cmd = [sys.executable, script]
-    else:
-        with socket.socket() as sock:  # a free rendezvous port: 29500 may be taken by another run on the machine
-            sock.bind(("127.0.0.1", 0))
-            port = sock.getsockname()[1]
-        cmd = [
-            sys.executable,
-            "-m",
-            "accelerate.commands.launch",
-            "--config_file",
-            str(ROOT / "conf" / "accelerate" / "ddp.yaml"),
-            "--num_processes",
-            str(nproc),
-            "--main_process_port",
-            str(port),
-            "--num_cpu_threads_per_process",
-            "1",
-            script,
-        ]
+        from tests.sweeps.seeded_train import seeded
+
+        with seeded():
+            return run_cli(*overrides, cwd=cwd)
+    with socket.socket() as sock:  # a free rendezvous port: 29500 may be taken by another run on the machine
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    cmd = [
+        sys.executable,
+        "-m",
+        "accelerate.commands.launch",
+        "--config_file",
+        str(ROOT / "conf" / "accelerate" / "ddp.yaml"),
+        "--num_processes",
+        str(nproc),
+        "--main_process_port",
+        str(port),
+        "--num_cpu_threads_per_process",
+        "1",
+        str(ROOT / "tests" / "sweeps" / "seeded_train.py"),
+    ]
     env = {**os.environ, "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": "1"}
     return subprocess.run(cmd + list(overrides), cwd=cwd, capture_output=True, text=True, timeout=900, env=env)
 
