@@ -312,7 +312,7 @@ def test_train_py_terminal_summary_and_plots(tmp_path):
                 "data.num_eval=0",
                 "trainer.per_device_batch_size=2",
             ),
-            "nce",
+            "inv",  # the invariance term of the default objective
         ),
     ],
 )

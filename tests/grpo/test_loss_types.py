@@ -82,7 +82,7 @@ def test_algo_fields_carry_trls_names_and_defaults(tmp_path):
 @pytest.mark.parametrize(
     "overrides, needle",
     [
-        (["kernels=liger", "algo.kl.estimator=k2"], "kernels=liger: kl_estimator=k2"),
+        (["kernels=liger", "algo.kl.estimator=k2"], "kernels=liger: algo.kl.estimator=k2"),
         (["kernels=trl", "algo.kl.estimator=k1"], "TRL's loss only has k3"),
         (["kernels=liger", "algo.top_entropy_quantile=0.2"], "Liger takes no"),
         (["kernels=liger", "algo.loss_type=sapo", "algo.importance_sampling_level=sequence"], "sequence"),

@@ -174,11 +174,11 @@ def refusal(
     if backend == TRL:
         if kl_estimator == "k3":
             return None
-        return f"kl_estimator={kl_estimator}: TRL's loss only has k3; a posttrain kernel has all (kernels=fused)"
+        return f"algo.kl.estimator={kl_estimator} needs a posttrain kernel: TRL's loss only has k3 (kernels=fused)"
     row = BACKENDS[backend]
     if row.kind == "loss":  # Liger: its own loss math (kernels/liger.py)
         if beta != 0.0 and kl_estimator != "k3":
-            return f"kl_estimator={kl_estimator}: Liger's KL is k3 only"
+            return f"algo.kl.estimator={kl_estimator}: Liger's KL is k3 only"
         if off_policy_mask_threshold is not None or top_entropy_quantile < 1.0 or entropy_bonus:
             return "Liger takes no off_policy_mask_threshold, top_entropy_quantile < 1 or entropy bonus (entropy_coef)"
         if importance_sampling_level == "sequence" and LOSSES[loss_type].term != "clip":
