@@ -265,7 +265,7 @@ def test_liger_refuses_what_it_cannot_do(model):
     inputs = make_inputs(model)
     if not available("liger")[0]:
         pytest.skip(available("liger")[1])
-    with pytest.raises(NotImplementedError, match="kl.estimator"):
+    with pytest.raises(NotImplementedError, match=r"kl\.estimator"):
         _ours(model, inputs, "liger", beta=0.1, kl_estimator="k2")
     hidden = completion_hidden(model, inputs)
     with pytest.raises(NotImplementedError, match="advantages"):
