@@ -3,8 +3,13 @@
 #   run_one NAME TRAIN_ARGS   with OUT (scratch runs folder), RES (results folder), KEEP (files to keep), PY set.
 # Writes $OUT/NAME/ (the Hydra run dir, stdout.log) and copies $KEEP from it to $RES/NAME/, beside time_v.txt
 # (/usr/bin/time -v: CPU seconds, wall, peak RSS) and loadavg.txt (the 1/5/15-min load every 30 s).
+# DRY_RUN=1: print "NAME ARGS" instead of running.
 run_one() {
   local name=$1 args=$2 dir=$OUT/$1
+  if [ -n "${DRY_RUN:-}" ]; then
+    echo "$name" $args
+    return 0
+  fi
   mkdir -p "$dir" "$RES/$name"
   ( while true; do echo "$(date +%T) $(cut -d' ' -f1-3 /proc/loadavg)"; sleep 30; done ) > "$RES/$name/loadavg.txt" 2>/dev/null &
   local sampler=$!

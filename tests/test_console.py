@@ -16,7 +16,7 @@ from transformers import TrainerControl, TrainerState
 from posttrain.algos.registry import get_algorithm
 from posttrain.callbacks import read_metrics
 from posttrain.callbacks.console import ConsoleCallback, ConsoleSpec, duration, summary_table, use_console
-from tests.conftest import run_train
+from tests.conftest import run_cli, run_train
 
 ALGOS = ("grpo", "d2l", "contrastive")
 
@@ -317,9 +317,10 @@ def test_train_py_terminal_summary_and_plots(tmp_path):
     ],
 )
 def test_train_py_terminal_for_loss_algorithms(tmp_path, algo, overrides, label):
-    """D2L and contrastive: their loss terms in the compact lines and the table, plots/loss.png."""
+    """D2L and contrastive: their loss terms in the compact lines and the table, plots/loss.png (in this interpreter:
+    the subprocess check of what reaches the terminal is the GRPO test above)."""
     run = tmp_path / "run"
-    proc = run_train(*overrides, "trainer.max_steps=4", "trainer.logging_steps=2", f"hydra.run.dir={run}")
+    proc = run_cli(*overrides, "trainer.max_steps=4", "trainer.logging_steps=2", f"hydra.run.dir={run}")
     assert proc.returncode == 0, proc.stderr[-3000:]
     lines = [line for line in proc.stdout.splitlines() if LINE.match(line)]
     assert [int(LINE.match(line).group(1)) for line in lines] == [1, 2, 4], proc.stdout

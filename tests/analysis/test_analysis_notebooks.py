@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
-import subprocess
-import sys
+import io
 from pathlib import Path
 
 import pandas as pd
@@ -49,26 +49,14 @@ def test_kernels_memory_notebook(sweep_2x2, tmp_path, monkeypatch):
     bench_dir.mkdir()
     expect = ["memory_by_kernel.png", "memory_by_hw.png", "kernel_runs.png"]
     if importlib.util.find_spec("posttrain.bench.grpo_loss"):  # a real (tiny) benchmark for the bench section
-        out = subprocess.run(
-            [
-                sys.executable,
-                "-m",
-                "posttrain.bench",
-                "grpo_loss",
-                "--shape",
-                "128,32,256",
-                "--backends",
-                "eager",
-                "--rounds",
-                "1",
-            ],
-            capture_output=True,
-            text=True,
-            timeout=300,
-            cwd=tmp_path,
-        )
-        assert out.returncode == 0, out.stderr[-2000:]
-        (bench_dir / "results.jsonl").write_text(out.stdout)
+        from posttrain.bench.grpo_loss import main as bench_grpo_loss
+
+        out = io.StringIO()
+        monkeypatch.chdir(tmp_path)
+        with contextlib.redirect_stdout(out):
+            code = bench_grpo_loss(["--shape", "128,32,256", "--backends", "eager", "--rounds", "1"])
+        assert code == 0
+        (bench_dir / "results.jsonl").write_text(out.getvalue())
         expect.append("kernel_bench.png")
     for key, value in {
         "POSTTRAIN_MODEL": "llama3_2_1b",

@@ -8,7 +8,7 @@ import pytest
 
 from posttrain.hardware import apply_profile, plan, plan_summary
 from posttrain.hardware.memory import GIB
-from tests.conftest import ROOT, run_train
+from tests.conftest import ROOT, run_cli
 
 MODELS = sorted(p.stem for p in (ROOT / "conf" / "model").glob("*.yaml"))
 KEYS = ("params_total", "params_active", "params_trainable", "peak_gib", "device_gib", "fits", "suggestion")
@@ -67,7 +67,7 @@ def test_every_model_plans_offline(compose, model):
 
 
 def test_plan_command_last_line_is_json_exit_0():
-    proc = run_train("model=gpt_oss", "algo=grpo", "hw=rtx4090", "mode=plan", timeout=300)
+    proc = run_cli("model=gpt_oss", "algo=grpo", "hw=rtx4090", "mode=plan")
     assert proc.returncode == 0, proc.stderr[-2000:]
     lines = proc.stdout.strip().splitlines()
     data = json.loads(lines[-1])

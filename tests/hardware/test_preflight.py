@@ -8,7 +8,7 @@ import pytest
 
 from posttrain.errors import UserError
 from posttrain.hardware.preflight import preflight
-from tests.conftest import run_train
+from tests.conftest import run_cli
 
 
 def test_refuses_when_plan_does_not_fit(compose):
@@ -42,7 +42,7 @@ def test_cuda_profile_without_cuda(compose):
 
 
 def test_cli_refusal_is_one_line_nonzero(tmp_path):
-    proc = run_train("hw.device_gib=0.05", f"hydra.run.dir={tmp_path}/run", timeout=300)
+    proc = run_cli("hw.device_gib=0.05", f"hydra.run.dir={tmp_path}/run")
     assert proc.returncode == 2
     errors = [line for line in proc.stderr.splitlines() if line.startswith("error:")]
     assert len(errors) == 1 and "memory plan" in errors[0] and "hw.force=true" in errors[0]

