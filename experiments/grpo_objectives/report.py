@@ -12,9 +12,13 @@ import argparse
 import json
 import math
 import statistics
+import sys
 from pathlib import Path
 
 from scipy import stats
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from run import ARMS, base_arm
 
 RESULTS = Path(__file__).resolve().parent / "results"
 
@@ -41,13 +45,12 @@ def main() -> None:
     p.add_argument("--plot", default=str(Path(__file__).resolve().parent / "gains.png"))
     args = p.parse_args()
     runs = load()
-    arms = args.arms.split(",") if args.arms else list(runs)
+    arms = args.arms.split(",") if args.arms else [a for a in ARMS if a in runs] + [a for a in runs if a not in ARMS]
     gains = {
         arm: {s: r["heldout_acc_after"] - r["heldout_acc_before"] for s, r in sorted(runs.get(arm, {}).items())}
         for arm in arms
     }
-    base = gains.get("preset", {})
-    print("| arm | seeds | after (mean) | gain mean [95% CI] | min gain | vs preset, paired [95% CI] | s per run |")
+    print("| arm | seeds | after (mean) | gain mean [95% CI] | min gain | vs its base, paired [95% CI] | s per run |")
     print("|---|---|---|---|---|---|---|")
     for arm in arms:
         g = gains[arm]
@@ -55,11 +58,15 @@ def main() -> None:
             continue
         mean, lo, hi = ci(list(g.values()))
         after = statistics.fmean(runs[arm][s]["heldout_acc_after"] for s in g)
+        base_name = base_arm(arm)
+        base = gains.get(base_name) or {
+            s: r["heldout_acc_after"] - r["heldout_acc_before"] for s, r in runs.get(base_name, {}).items()
+        }
         shared = [s for s in g if s in base]
         paired = "—"
-        if arm != "preset" and len(shared) >= 2:
+        if arm != "preset" and shared:
             d, dlo, dhi = ci([g[s] - base[s] for s in shared])
-            paired = f"{d:+.3f} [{dlo:+.3f}, {dhi:+.3f}] (n={len(shared)})"
+            paired = f"{d:+.3f} [{dlo:+.3f}, {dhi:+.3f}] vs {base_name} (n={len(shared)})"
         runtime = statistics.fmean(runs[arm][s]["runtime_s"] for s in g)
         seeds_ = ",".join(str(s) for s in g)
         print(

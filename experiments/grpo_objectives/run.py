@@ -21,18 +21,30 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 RESULTS = Path(__file__).resolve().parent / "results"
+OLD = "trainer.lr=5e-4"  # the preset's lr before this experiment: the single-change arms ran on it
 ARMS: dict[str, list[str]] = {
-    "preset": [],
-    "all_linear": ["model.lora.targets=all_linear"],
+    "preset": [],  # lr 2e-4 since this experiment
+    "lr5e-4": [OLD],  # the preset before it
+    "all_linear": [OLD, "model.lora.targets=all_linear"],
     "all_linear_lr2e-4": ["model.lora.targets=all_linear", "trainer.lr=2e-4"],
     "all_linear_lr1e-4": ["model.lora.targets=all_linear", "trainer.lr=1e-4"],
-    "bf16_copy": ["algo.generation.backend=bf16_copy"],
-    "bf16_copy_corrected": ["algo.generation.backend=bf16_copy", "algo.sampler_correction=true"],
-    "dynamic_sampling": ["algo.dynamic_sampling.enabled=true"],
-    "dapo": ["algo.loss_type=dapo"],
-    "cispo": ["algo.loss_type=cispo", "algo.epsilon_high=5.0"],  # ScaleRL's recommended cap (TRL's docs)
-    "sapo": ["algo.loss_type=sapo"],
+    "bf16_copy": [OLD, "algo.generation.backend=bf16_copy"],
+    "bf16_copy_corrected": [OLD, "algo.generation.backend=bf16_copy", "algo.sampler_correction=true"],
+    "dynamic_sampling": [OLD, "algo.dynamic_sampling.enabled=true"],
+    "dapo": [OLD, "algo.loss_type=dapo"],
+    "cispo": [OLD, "algo.loss_type=cispo", "algo.epsilon_high=5.0"],  # ScaleRL's recommended cap (TRL's docs)
+    "sapo": [OLD, "algo.loss_type=sapo"],
+    # not in the issue's list: how far the preset goes with twice the steps, and with twice the group size
+    "steps120": [OLD, "trainer.max_steps=120"],
+    "gen8": [OLD, "algo.num_generations=8", "trainer.per_device_batch_size=16"],
+    "lr2e-4_steps120": ["trainer.lr=2e-4", "trainer.max_steps=120"],
+    "lr2e-4_dynamic_sampling": ["trainer.lr=2e-4", "algo.dynamic_sampling.enabled=true"],
 }
+
+
+def base_arm(arm: str) -> str:
+    """The arm an arm's paired difference is taken against: the preset its single change was made on."""
+    return "lr5e-4" if OLD in ARMS.get(arm, []) and arm != "lr5e-4" else "preset"
 
 
 def seeds(spec: str) -> list[int]:
