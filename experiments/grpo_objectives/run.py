@@ -39,6 +39,12 @@ ARMS: dict[str, list[str]] = {
     "gen8": [OLD, "algo.num_generations=8", "trainer.per_device_batch_size=16"],
     "lr2e-4_steps120": ["trainer.lr=2e-4", "trainer.max_steps=120"],
     "lr2e-4_dynamic_sampling": ["trainer.lr=2e-4", "algo.dynamic_sampling.enabled=true"],
+    "lr2e-4_bf16_copy": ["trainer.lr=2e-4", "algo.generation.backend=bf16_copy"],
+    "lr2e-4_bf16_copy_corrected": [
+        "trainer.lr=2e-4",
+        "algo.generation.backend=bf16_copy",
+        "algo.sampler_correction=true",
+    ],
 }
 
 
