@@ -1,0 +1,57 @@
+"""experiments/grpo_objectives: the report's gains, t intervals and pairing against the preset each arm changed,
+on summaries written here (the runs themselves are the experiment's)."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import math
+import sys
+from pathlib import Path
+
+import pytest
+
+HERE = Path(__file__).resolve().parents[2] / "experiments" / "grpo_objectives"
+
+
+def _module(name: str):
+    sys.path.insert(0, str(HERE))  # report.py imports run.py as its sibling
+    try:
+        spec = importlib.util.spec_from_file_location(f"grpo_objectives_{name}", HERE / f"{name}.py")
+        module = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
+        spec.loader.exec_module(module)  # type: ignore[union-attr]
+    finally:
+        sys.path.remove(str(HERE))
+        sys.modules.pop("run", None)  # report.py's sibling import: not a module for other tests to find
+    return module
+
+
+def test_arms_pair_with_the_preset_they_changed():
+    run = _module("run")
+    assert run.ARMS["preset"] == [] and run.base_arm("dapo") == "lr5e-4" and run.base_arm("lr5e-4") == "preset"
+    assert run.base_arm("lr2e-4_dynamic_sampling") == "preset"
+    assert run.seeds("0-2,4") == [0, 1, 2, 4]
+
+
+def test_report_table(tmp_path, monkeypatch, capsys):
+    report = _module("report")
+    after = {"preset": [0.4, 0.5, 0.45], "lr5e-4": [0.3, 0.1, 0.35], "dapo": [0.2, 0.3]}
+    for arm, values in after.items():
+        for seed, acc in enumerate(values):
+            folder = tmp_path / arm / f"seed{seed}"
+            folder.mkdir(parents=True)
+            summary = {"heldout_acc_before": 0.1, "heldout_acc_after": acc, "runtime_s": 100.0 + seed}
+            (folder / "summary.json").write_text(json.dumps(summary))
+    monkeypatch.setattr(report, "RESULTS", tmp_path)
+    monkeypatch.setattr(sys, "argv", ["report.py", "--plot", str(tmp_path / "gains.png")])
+    report.main()
+    rows = {line.split(" | ")[0].strip("| "): line.split(" | ") for line in capsys.readouterr().out.splitlines()}
+    mean, lo, hi = report.ci([0.3, 0.4, 0.35])
+    # the preset's gains 0.3, 0.4, 0.35: sd 0.05, half-width t(0.975, 2) * sd / sqrt(3)
+    assert mean == pytest.approx(0.35) and hi - mean == pytest.approx(4.302653 * 0.05 / math.sqrt(3), rel=1e-5)
+    assert lo == pytest.approx(2 * mean - hi)
+    assert rows["preset"][1] == "0,1,2" and rows["preset"][3].startswith("+0.350 [")
+    # dapo pairs with lr5e-4 on seeds 0-1: (0.1 - 0.2, 0.2 - 0.0) -> mean +0.050
+    assert rows["dapo"][5].startswith("+0.050 [") and rows["dapo"][5].endswith("vs lr5e-4 (n=2)")
+    assert rows["lr5e-4"][5].endswith("vs preset (n=3)") and rows["lr5e-4"][4] == "+0.000"
+    assert (tmp_path / "gains.png").stat().st_size > 0
