@@ -11,7 +11,9 @@ run_one() {
     return 0
   fi
   mkdir -p "$dir" "$RES/$name"
-  ( while true; do echo "$(date +%T) $(cut -d' ' -f1-3 /proc/loadavg)"; sleep 30; done ) > "$RES/$name/loadavg.txt" 2>/dev/null &
+  # the first sample is written here: a run shorter than the sampler's start-up still leaves one line
+  echo "$(date +%T) $(cut -d' ' -f1-3 /proc/loadavg)" > "$RES/$name/loadavg.txt"
+  ( while sleep 30; do echo "$(date +%T) $(cut -d' ' -f1-3 /proc/loadavg)"; done ) >> "$RES/$name/loadavg.txt" 2>/dev/null &
   local sampler=$!
   # shellcheck disable=SC2086
   /usr/bin/time -v -o "$RES/$name/time_v.txt" nice -n 10 "$PY" train.py $args hydra.run.dir="$dir" \
