@@ -3,8 +3,9 @@
     python experiments/memory_plan/validate.py            # all sizes, LoRA and full; prints a markdown table
     python experiments/memory_plan/validate.py --only M-lora
 
-Each case runs `train.py ... mode=plan` (the JSON last line gives peak_gib) and then the same overrides with
-`mode=train` in a fresh process whose peak resident set size (ru_maxrss of the child) is the measurement.
+Each case composes the plan of its overrides in this interpreter (`train.py ... mode=plan`'s JSON: peak_gib) and
+runs the same overrides with `mode=train` in a fresh process whose peak resident set size (ru_maxrss of the
+child) is the measurement.
 """
 
 from __future__ import annotations
@@ -75,14 +76,13 @@ def overrides(size: str, lora: bool) -> list[str]:
 
 
 def planned(args: list[str]) -> dict:
-    out = subprocess.run(
-        [sys.executable, str(ROOT / "train.py"), *args, "mode=plan"],
-        capture_output=True,
-        text=True,
-        check=True,
-        cwd=ROOT,
-    )
-    return json.loads(out.stdout.strip().splitlines()[-1])
+    """The plan's JSON summary for `args`, as `train.py ... mode=plan` prints it (composed here: no interpreter)."""
+    from posttrain.config.compose import load_config
+    from posttrain.hardware import apply_profile, plan_summary
+
+    cfg = load_config(args)
+    apply_profile(cfg, overrides={a.split("=", 1)[0].lstrip("+~") for a in args})
+    return plan_summary(cfg)[1]
 
 
 def measured(args: list[str]) -> float:
