@@ -32,6 +32,25 @@ def pytest_collection_modifyitems(config, items):
     items.sort(key=lambda item: rank[item.nodeid.split("::")[0]])
 
 
+def experiment_script(path: Path):
+    """An experiments/ script (`report.py`, `run.py`: scripts, not a package) loaded as a module, for calling its
+    functions or `main(argv)` in this interpreter; a sibling it imports by name resolves while it loads."""
+    import importlib.util
+
+    sys.path.insert(0, str(path.parent))
+    siblings = {p.stem for p in path.parent.glob("*.py")}
+    try:
+        spec = importlib.util.spec_from_file_location(f"{path.parent.name}_{path.stem}", path)
+        module = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
+        spec.loader.exec_module(module)  # type: ignore[union-attr]
+    finally:
+        sys.path.remove(str(path.parent))
+        for name in siblings & set(sys.modules):  # `run`, `report`: not modules for other tests to find
+            if getattr(sys.modules[name], "__file__", "") and Path(sys.modules[name].__file__).parent == path.parent:
+                del sys.modules[name]
+    return module
+
+
 def run_train(*overrides: str, cwd: Path = ROOT, timeout: int = 900) -> subprocess.CompletedProcess:
     """`python train.py <overrides>` with captured output."""
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}

@@ -290,10 +290,10 @@ def report(sets: dict[str, dict[int, dict[str, Any]]]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--results", type=Path, default=HERE / "results" / "open_facts")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     sets = load_runs(args.results)
     if not sets:
         raise SystemExit(f"{args.results}: no s<seed>[_x<k>]/eval.json")

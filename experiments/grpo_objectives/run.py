@@ -45,6 +45,10 @@ ARMS: dict[str, list[str]] = {
         "algo.generation.backend=bf16_copy",
         "algo.sampler_correction=true",
     ],
+    # towards make train >= 0.60 in 10 minutes: faster rollouts (the merged bf16 copy) buy steps or refills
+    "lr3e-4": ["trainer.lr=3e-4"],
+    "bf16_copy_steps90": ["algo.generation.backend=bf16_copy", "trainer.max_steps=90"],
+    "bf16_copy_dynamic_sampling": ["algo.generation.backend=bf16_copy", "algo.dynamic_sampling.enabled=true"],
 }
 
 

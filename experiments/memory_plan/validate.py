@@ -79,9 +79,10 @@ def planned(args: list[str]) -> dict:
     """The plan's JSON summary for `args`, as `train.py ... mode=plan` prints it (composed here: no interpreter)."""
     from posttrain.config.compose import load_config
     from posttrain.hardware import apply_profile, plan_summary
+    from posttrain.hardware.profile import override_keys
 
     cfg = load_config(args)
-    apply_profile(cfg, overrides={a.split("=", 1)[0].lstrip("+~") for a in args})
+    apply_profile(cfg, overrides=override_keys(args))
     return plan_summary(cfg)[1]
 
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import run_cli
+from tests.conftest import experiment_script, run_cli
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -36,14 +36,7 @@ def test_run_script_and_report_at_tiny_scale(tmp_path):
     for name in runs:
         records = res / name / ("eval_init.jsonl" if name == "base" else "eval_after.jsonl")
         assert len(records.read_text().splitlines()) == 15  # 1 task instance x 5 families x 3 positions
-    report = subprocess.run(
-        [sys.executable, str(script.parent / "report.py"), "--results", str(res)],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert report.returncode == 0, report.stderr[-2000:]
+    experiment_script(script.parent / "report.py").main(["--results", str(res)])
     text = (res / "report.md").read_text()
     assert "| sft_inv_s0 − sft_s0 |" in text and "| dpo_inv_s0 − base |" in text
     assert "| detection_s0 | " in text and (res / "asr_by_family.png").stat().st_size > 0

@@ -3,7 +3,6 @@ long-document evaluation of one), then report.py; its pooled numbers are the see
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import subprocess
@@ -12,15 +11,10 @@ from pathlib import Path
 
 import pytest
 
+from tests.conftest import experiment_script
+
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "experiments" / "d2l_smollm2" / "run.sh"
-
-
-def _report_module():
-    spec = importlib.util.spec_from_file_location("d2l_report", SCRIPT.parent / "report.py")
-    module = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
-    spec.loader.exec_module(module)  # type: ignore[union-attr]
-    return module
 
 
 @pytest.mark.slow
@@ -41,20 +35,13 @@ def test_run_script_and_report_at_tiny_scale(tmp_path):
     assert "format_lora" not in long["conditions"] and long["context_window"] == 256
     assert all(400 < p["doc_tokens"] <= 512 for p in long["per_question"])  # 2 x the 256-token window
     assert [p["question"] for p in long["per_question"]] == [p["question"] for p in trained["per_question"]]
-    report = subprocess.run(
-        [sys.executable, str(SCRIPT.parent / "report.py"), "--results", str(res)],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert report.returncode == 0, report.stderr[-2000:]
+    mod = experiment_script(SCRIPT.parent / "report.py")
+    mod.main(["--results", str(res)])
     text = (res / "report.md").read_text()
     assert "| D2L (own document) | " in text and "| context distillation (per document) | " in text
     assert "| format-only LoRA | " in text and "| the same kind of question about another document's entity |" in text
     assert "x2 (" in text and "(seeds " in text and (res / "accuracy_vs_length.png").stat().st_size > 0
     # pooled over seeds question by question: with the same answer tokens, the seeds' mean of their own numbers
-    mod = _report_module()
     sets = mod.load_runs(res)
     assert list(sets) == ["facts", "x2"] and sorted(sets["facts"]) == [0, 1] and list(sets["x2"]) == [0]
     summaries = [json.loads((res / f"s{s}" / "summary.json").read_text()) for s in (0, 1)]

@@ -3,7 +3,6 @@ on summaries written here (the runs themselves are the experiment's)."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import math
 import sys
@@ -11,19 +10,13 @@ from pathlib import Path
 
 import pytest
 
+from tests.conftest import experiment_script
+
 HERE = Path(__file__).resolve().parents[2] / "experiments" / "grpo_objectives"
 
 
 def _module(name: str):
-    sys.path.insert(0, str(HERE))  # report.py imports run.py as its sibling
-    try:
-        spec = importlib.util.spec_from_file_location(f"grpo_objectives_{name}", HERE / f"{name}.py")
-        module = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
-        spec.loader.exec_module(module)  # type: ignore[union-attr]
-    finally:
-        sys.path.remove(str(HERE))
-        sys.modules.pop("run", None)  # report.py's sibling import: not a module for other tests to find
-    return module
+    return experiment_script(HERE / f"{name}.py")
 
 
 def test_arms_pair_with_the_preset_they_changed():

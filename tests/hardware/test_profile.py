@@ -247,3 +247,10 @@ def test_gpu_profiles_checkpoint_only_where_the_plan_needs_it(compose, overrides
     forced = compose(*overrides, "hw.gradient_checkpointing=true")
     apply_profile(forced, overrides=set())
     assert forced.hw.gradient_checkpointing is True  # the command line wins
+
+
+def test_override_keys_strip_prefixes_values_and_packages():
+    keys = profile_mod.override_keys(
+        ["+trainer.lr=1e-4", "~algo.kl.target", "model@foo=tiny_llama", "kernels=trl", "a.b=x=y"]
+    )
+    assert keys == {"trainer.lr", "algo.kl.target", "model", "kernels", "a.b"}

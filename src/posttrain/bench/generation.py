@@ -50,10 +50,11 @@ def _parse(argv: list[str]) -> argparse.Namespace:
 def _config(args: argparse.Namespace):
     from posttrain.config.compose import load_config
     from posttrain.hardware import apply_profile
+    from posttrain.hardware.profile import override_keys
 
     overrides = ([f"+experiment={args.experiment}"] if args.experiment else []) + list(args.set)
     cfg = load_config([*overrides, "trainer.progress_bar=false", "data.heldout=0"])
-    apply_profile(cfg, overrides={o.split("=", 1)[0].lstrip("+~") for o in overrides})
+    apply_profile(cfg, overrides=override_keys(overrides))
     return cfg
 
 

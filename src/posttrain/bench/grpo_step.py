@@ -89,9 +89,10 @@ def compose(overrides_: list[str]):
     command line's (a GPU profile's default batch does not replace `--batch`)."""
     from posttrain.config.compose import load_config
     from posttrain.hardware import apply_profile
+    from posttrain.hardware.profile import override_keys
 
     cfg = load_config(overrides_)
-    apply_profile(cfg, overrides={o.split("=", 1)[0].lstrip("+~") for o in overrides_})
+    apply_profile(cfg, overrides=override_keys(overrides_))
     return cfg
 
 

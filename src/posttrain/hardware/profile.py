@@ -43,17 +43,18 @@ from posttrain.config.precision import resolve_precision
 BNB_OPTIMIZERS = ("8bit", "paged_")  # HF optim names that need bitsandbytes
 
 
+def override_keys(overrides: list[str] | tuple[str, ...]) -> set[str]:
+    """The config keys that Hydra override strings set: `+trainer.lr=1e-4` -> `trainer.lr`, `model@x=y` -> `model`."""
+    return {item.split("=", 1)[0].lstrip("+~").split("@", 1)[0] for item in overrides}
+
+
 def cli_overrides() -> set[str]:
     """Keys set on the command line (`trainer.per_device_batch_size`, `kernels`, ...); empty outside Hydra."""
     from hydra.core.hydra_config import HydraConfig
 
     if not HydraConfig.initialized():
         return set()
-    keys = set()
-    for item in HydraConfig.get().overrides.task:
-        key = item.split("=", 1)[0].lstrip("+~")
-        keys.add(key.split("@", 1)[0])
-    return keys
+    return override_keys(HydraConfig.get().overrides.task)
 
 
 def has_bitsandbytes() -> bool:
