@@ -10,7 +10,7 @@ import torch
 from posttrain.algos.grpo.build import build_trainer
 from posttrain.config.compose import load_config
 from posttrain.config.validate import ConfigError
-from posttrain.kernels.loss import sampling_importance_ratio
+from posttrain.kernels.policy_loss import sampling_importance_ratio
 from tests.grpo.helpers import first_batch
 
 SMALL = [

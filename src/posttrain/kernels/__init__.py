@@ -39,22 +39,22 @@ from typing import Any
 
 from posttrain.kernels.registry import BACKENDS, CHOICES, IS_LEVELS, KL_ESTIMATORS, LOSS_TYPES, available
 
-_LOSS = (
-    "KL_BIAS_CORRECTION",
-    "completion_logps",
-    "grpo_loss",
-    "kl_per_token",
-    "lm_head_gathered",
-    "per_token_kl",
-    "policy_loss_from_logps",
-    "sampling_importance_ratio",
-)
+_LOSS = {  # name -> the module that defines it
+    "KL_BIAS_CORRECTION": "policy_loss",
+    "completion_logps": "loss",
+    "grpo_loss": "loss",
+    "kl_per_token": "policy_loss",
+    "lm_head_gathered": "loss",
+    "per_token_kl": "policy_loss",
+    "policy_loss_from_logps": "policy_loss",
+    "sampling_importance_ratio": "policy_loss",
+}
 __all__ = ["BACKENDS", "CHOICES", "IS_LEVELS", "KL_ESTIMATORS", "LOSS_TYPES", "available", *_LOSS]
 
 
 def __getattr__(name: str) -> Any:  # the loss functions import torch: only when asked for (config stays light)
     if name in _LOSS:
-        from posttrain.kernels import loss
+        import importlib
 
-        return getattr(loss, name)
+        return getattr(importlib.import_module(f"posttrain.kernels.{_LOSS[name]}"), name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

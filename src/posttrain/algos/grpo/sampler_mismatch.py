@@ -11,7 +11,7 @@ them, else the policy pass of the loss, which on-policy is the same weights):
     sampling/sampler_kl                            mean(sampler - learner): the k1 estimate of KL(sampler || learner)
 
 With `algo.sampler_correction` the trainer does for the copy what TRL does for vLLM: an extra no-grad pass of the
-policy gives `old_per_token_logps`, and `posttrain.kernels.loss.sampling_importance_ratio` (TRL's
+policy gives `old_per_token_logps`, and `posttrain.kernels.policy_loss.sampling_importance_ratio` (TRL's
 `vllm_importance_sampling_mode`, `_clip_min`, `_clip_max`) gives `importance_sampling_ratio`, which both loss paths
 multiply into the policy term (`kernels=trl` through TRL's own vLLM branch, see `trl_applies_ratio`).
 """
@@ -24,7 +24,7 @@ from typing import Any
 
 import torch
 
-from posttrain.kernels.loss import sampling_importance_ratio
+from posttrain.kernels.policy_loss import sampling_importance_ratio
 
 
 def record_mismatch(trainer: Any, mode: str, learner: torch.Tensor, sampler: torch.Tensor, mask: torch.Tensor) -> None:
