@@ -49,6 +49,12 @@ ARMS: dict[str, list[str]] = {
     "lr3e-4": ["trainer.lr=3e-4"],
     "bf16_copy_steps90": ["algo.generation.backend=bf16_copy", "trainer.max_steps=90"],
     "bf16_copy_dynamic_sampling": ["algo.generation.backend=bf16_copy", "algo.dynamic_sampling.enabled=true"],
+    "lr3e-4_bf16_copy_dynamic_sampling": [
+        "trainer.lr=3e-4",
+        "algo.generation.backend=bf16_copy",
+        "algo.dynamic_sampling.enabled=true",
+    ],
+    "lr3e-4_bf16_copy_steps90": ["trainer.lr=3e-4", "algo.generation.backend=bf16_copy", "trainer.max_steps=90"],
 }
 
 

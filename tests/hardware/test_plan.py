@@ -139,7 +139,7 @@ def test_activation_terms(compose):
 
 
 def test_logits_depend_on_kernels(compose):
-    from posttrain.hardware.memory import _arch, dtypes, head_bytes
+    from posttrain.hardware.tensor_bytes import arch, dtypes, head_bytes
 
     long = ("model=gpt_oss", "hw=h200", "algo.max_completion_length=256")
     eager = plan(compose(*long, "kernels=eager"))
@@ -153,7 +153,7 @@ def test_logits_depend_on_kernels(compose):
         assert _item(other, "logits") < _item(eager, "logits") / 4, backend
     # TRL's buffer is [4096 tokens, 32768 vocab]: past 4096 scored tokens only the per-token parts grow (the fp32
     # upcast of the head's input over whole sequences, the fp32 input gradient of the scored tokens)
-    a, d, seq = _arch(cfg), dtypes(cfg), 300
+    a, d, seq = arch(cfg), dtypes(cfg), 300
     big, _, _ = head_bytes("trl", a, d, 512, 16, seq, "cuda", compute_fp32=True, weight_fp32=True)
     bigger, _, _ = head_bytes("trl", a, d, 1024, 16, seq, "cuda", compute_fp32=True, weight_fp32=True)
     assert bigger - big == pytest.approx(512 * ((seq - 1) + 16) * 2880 * 4)

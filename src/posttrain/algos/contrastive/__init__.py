@@ -49,7 +49,7 @@ class Contrastive(Algorithm):
         blocks."""
         from posttrain.algos.contrastive.config import uses_executed_rows
         from posttrain.algos.contrastive.model import head_parameter_count
-        from posttrain.hardware.memory import act_bytes
+        from posttrain.hardware.tensor_bytes import act_bytes
 
         algo, batch = cfg.algo, int(cfg.trainer.per_device_batch_size)
         blocks = 4 if uses_executed_rows(algo) else 3

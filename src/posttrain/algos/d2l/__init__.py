@@ -45,7 +45,7 @@ class D2L(Algorithm):
         `max_chunks`). The hypernetwork (counted from the module itself) is what trains."""
         from posttrain.algos.d2l.config import encoder_depth, target_layers
         from posttrain.algos.d2l.model import hypernet_parameter_count
-        from posttrain.hardware.memory import act_bytes
+        from posttrain.hardware.tensor_bytes import act_bytes
 
         algo, batch = cfg.algo, int(cfg.trainer.per_device_batch_size)
         enc = algo.encoder
