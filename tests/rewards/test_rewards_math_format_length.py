@@ -6,7 +6,7 @@ import pytest
 
 from posttrain.rewards.format import final_text, harmony_format, is_harmony_formatted, is_think_formatted, think_format
 from posttrain.rewards.length import length_to_cap
-from posttrain.rewards.math import is_correct, math_reward
+from posttrain.rewards.math import digit_match, digit_match_reward, is_correct, math_reward
 
 
 @pytest.mark.parametrize(
@@ -104,6 +104,34 @@ def test_math_reward_scores_final_answer_only():
     assert math_reward(["q"], [text], answer=["7"], final_only=False) == [0.0]
     with pytest.raises(ValueError, match="could not parse"):
         is_correct("1", "")
+
+
+@pytest.mark.parametrize(
+    "predicted,answer,score",
+    [
+        ("33", "33", 1.0),
+        ("43", "33", 0.5),  # units right, tens wrong
+        ("47", "33", 0.0),
+        ("170", "180", 2 / 3),
+        ("80", "180", 2 / 3),  # the hundreds digit missing counts as wrong
+        ("1033", "33", 0.5),  # two extra places, both wrong
+        ("007", "7", 1.0),
+        ("-7", "7", 0.0),  # a sign that differs
+        ("-17", "-7", 0.5),
+        ("", "7", 0.0),
+        ("7", "3.5", 0.0),  # integer answers only
+    ],
+)
+def test_digit_match(predicted, answer, score):
+    assert digit_match(predicted, answer) == pytest.approx(score)
+
+
+def test_digit_match_reward_reads_the_last_number():
+    completions = ["75 - 42 = 33", "75 - 42 = 43\n\nI added 1", "no number", [{"role": "assistant", "content": "31"}]]
+    assert digit_match_reward(["q"] * 4, completions, answer=["33"] * 4) == [1.0, 0.0, 0.0, 0.5]
+    assert digit_match_reward(["q"], ["75 - 42 = 43"], answer=["33"]) == [0.5]
+    with pytest.raises(KeyError, match="answer"):
+        digit_match_reward(["q"], ["1"])
 
 
 HARMONY_OK = "<|channel|>analysis<|message|>Think.<|end|><|start|>assistant<|channel|>final<|message|>Paris<|return|>"

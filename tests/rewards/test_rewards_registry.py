@@ -22,6 +22,7 @@ def test_registry_names():
         "ifeval_strict",
         "ifeval_loose",
         "math",
+        "digit_match",
         "harmony_format",
         "think_format",
         "length_to_cap",

@@ -11,6 +11,7 @@ name                 score                                                  need
 ``ifeval_strict``    fraction of IFEval instructions followed (strict)      instruction_id_list, kwargs
 ``ifeval_loose``     same, IFEval loose variants                            instruction_id_list, kwargs
 ``math``             1/0 answer correct via math-verify                     answer
+``digit_match``      fraction of the integer answer's digits right          answer
 ``harmony_format``   1/0 one well-formed harmony final-channel message      -
 ``think_format``     1/0 ``<think>reasoning</think>answer``                 -
 ``numeric_answer``   1/0 the answer is one bare (or boxed) number           -
@@ -33,7 +34,7 @@ from typing import Any
 from posttrain.rewards.format import harmony_format, numeric_answer, think_format
 from posttrain.rewards.ifeval import ifeval_loose, ifeval_strict
 from posttrain.rewards.length import length_to_cap
-from posttrain.rewards.math import math_reward
+from posttrain.rewards.math import digit_match_reward, math_reward
 
 __all__ = ["RANGES", "REWARDS", "BoundReward", "RewardFunc", "build", "get", "register", "weighted_sum"]
 
@@ -43,6 +44,7 @@ REWARDS: dict[str, RewardFunc] = {
     "ifeval_strict": ifeval_strict,
     "ifeval_loose": ifeval_loose,
     "math": math_reward,
+    "digit_match": digit_match_reward,
     "harmony_format": harmony_format,
     "think_format": think_format,
     "numeric_answer": numeric_answer,

@@ -26,7 +26,7 @@ from typing import Any
 from posttrain.rewards.format import final_text
 from posttrain.rewards.text import completion_text
 
-__all__ = ["is_correct", "math_reward"]
+__all__ = ["digit_match", "digit_match_reward", "is_correct", "math_reward"]
 
 log = logging.getLogger(__name__)
 
@@ -99,4 +99,35 @@ def math_reward(
         text = completion_text(c)
         text = final_text(text) if final_only else text
         out.append(float(is_correct(_last_number(text) if last_number else text, a)))
+    return out
+
+
+def digit_match(predicted: str, answer: str) -> float:
+    """Partial credit for an integer answer: the fraction of digit places, aligned from the units, where the
+    predicted number's digit equals the answer's, over the longer of the two (a missing digit counts as wrong);
+    0.0 for no number, a sign that differs, or a non-integer answer; 1.0 exactly when the two are equal."""
+    answer = answer.strip()
+    if not predicted or not re.fullmatch(r"-?\d+", answer) or not re.fullmatch(r"-?\d+", predicted):
+        return 0.0
+    if predicted.startswith("-") != answer.startswith("-"):
+        return 0.0
+    p, a = predicted.lstrip("-").lstrip("0") or "0", answer.lstrip("-").lstrip("0") or "0"
+    width = max(len(p), len(a))
+    return sum(x == y for x, y in zip(p.rjust(width), a.rjust(width))) / width
+
+
+def digit_match_reward(
+    prompts: Sequence[Any] | None, completions: Sequence[Any], *, final_only: bool = True, **columns: Any
+) -> list[float]:
+    """TRL reward: `digit_match` of the completion's last number against the row's integer ``answer``: a dense
+    signal for arithmetic a small model rarely gets exactly right (groups whose exact rewards are all 0 still rank
+    their members)."""
+    try:
+        answers = columns["answer"]
+    except KeyError:
+        raise KeyError(f"digit_match reward needs dataset column 'answer'; got columns {sorted(columns)}") from None
+    out = []
+    for c, a in zip(completions, answers, strict=True):
+        text = completion_text(c)
+        out.append(digit_match(_last_number(final_text(text) if final_only else text), str(a)))
     return out
