@@ -90,16 +90,22 @@ def math_reward(
     **columns: Any,
 ) -> list[float]:
     """TRL reward: 1.0 if the completion's answer equals the row's ``answer`` column, else 0.0."""
+    return [
+        float(is_correct(_last_number(text) if last_number else text, a))
+        for text, a in _answers_and_texts("math", completions, columns, final_only)
+    ]
+
+
+def _answers_and_texts(
+    reward: str, completions: Sequence[Any], columns: dict[str, Any], final_only: bool
+) -> list[tuple[str, Any]]:
+    """(the completion's text, its final answer part when `final_only`; the row's ``answer``) per completion."""
     try:
         answers = columns["answer"]
     except KeyError:
-        raise KeyError(f"math reward needs dataset column 'answer'; got columns {sorted(columns)}") from None
-    out = []
-    for c, a in zip(completions, answers, strict=True):
-        text = completion_text(c)
-        text = final_text(text) if final_only else text
-        out.append(float(is_correct(_last_number(text) if last_number else text, a)))
-    return out
+        raise KeyError(f"{reward} reward needs dataset column 'answer'; got columns {sorted(columns)}") from None
+    texts = [completion_text(c) for c in completions]
+    return [(final_text(t) if final_only else t, a) for t, a in zip(texts, answers, strict=True)]
 
 
 def digit_match(predicted: str, answer: str) -> float:
@@ -122,12 +128,7 @@ def digit_match_reward(
     """TRL reward: `digit_match` of the completion's last number against the row's integer ``answer``: a dense
     signal for arithmetic a small model rarely gets exactly right (groups whose exact rewards are all 0 still rank
     their members)."""
-    try:
-        answers = columns["answer"]
-    except KeyError:
-        raise KeyError(f"digit_match reward needs dataset column 'answer'; got columns {sorted(columns)}") from None
-    out = []
-    for c, a in zip(completions, answers, strict=True):
-        text = completion_text(c)
-        out.append(digit_match(_last_number(final_text(text) if final_only else text), str(a)))
-    return out
+    return [
+        digit_match(_last_number(t), str(a))
+        for t, a in _answers_and_texts("digit_match", completions, columns, final_only)
+    ]
