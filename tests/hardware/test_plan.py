@@ -270,6 +270,8 @@ H100_MAX_ALLOCATED_GIB = {
 def test_plan_within_25_percent_of_h100_allocator_peak(compose, case):
     overrides, measured = H100_MAX_ALLOCATED_GIB[case]
     measured_as = ("model=llama3_2_1b", "model.tiny=true", "hw=h200", "hw.gradient_checkpointing=true")
+    if "algo=grpo" in overrides:  # 2d62e03 sampled with the policy itself (today's h200 makes a static-cache copy)
+        measured_as += ("hw.generation_backend=null",)
     cfg = compose(*measured_as, "trainer.max_steps=3", *overrides)
     apply_profile(cfg, overrides=set())
     result = plan(cfg)

@@ -254,3 +254,22 @@ def test_override_keys_strip_prefixes_values_and_packages():
         ["+trainer.lr=1e-4", "~algo.kl.target", "model@foo=tiny_llama", "kernels=trl", "a.b=x=y"]
     )
     assert keys == {"trainer.lr", "algo.kl.target", "model", "kernels", "a.b"}
+
+
+@pytest.mark.parametrize(
+    "hw, model, backend",
+    [
+        ("h200", "smollm2_135m", "static"),  # copy 0.27 GB of 140: launch-bound decoding, the copy pays
+        ("h200", "llama3_2_1b", "static"),
+        ("h200", "llama3_1_8b", "hf"),  # 16 GB copy: over GPU_COPY_SHARE
+        ("h200", "gpt_oss", "hf"),
+        ("cpu", "llama3_1_8b", "bf16_copy"),  # hw=cpu's copy at any size (oneDNN-packed bf16 GEMMs)
+    ],
+)
+def test_profile_generation_backend_only_for_small_models_on_gpu(compose, hw, model, backend):
+    cfg = compose(f"hw={hw}", f"model={model}", "algo=grpo", "hw.precision=bf16")
+    apply_profile(cfg, overrides=set())
+    assert cfg.algo.generation.backend == backend
+    pinned = compose(f"hw={hw}", f"model={model}", "algo=grpo", "hw.precision=bf16", "algo.generation.backend=hf")
+    apply_profile(pinned, overrides={"algo.generation.backend"})
+    assert pinned.algo.generation.backend == "hf"  # the command line wins

@@ -27,6 +27,7 @@ from posttrain.config.compose import load_config
 from posttrain.hardware import apply_profile
 
 GPU_PROFILES = ("rtx4090", "a100", "a100_40gb", "h200")
+GPU_BACKEND = {"rtx4090": None, "a100": None, "a100_40gb": None, "h200": "static"}  # hw.generation_backend
 # the GPU profiles' precision settings, applied to hw=cpu (checked against the profiles below)
 BF16_WEIGHTS = {
     "hw.precision": "bf16",
@@ -134,7 +135,8 @@ def output_dtypes(modules: dict[str, torch.nn.Module]) -> tuple[dict[str, set[to
 def test_the_bf16_weights_case_is_what_the_gpu_profiles_train_in(profile):
     for algo in ALGOS:
         cfg = load_config([f"hw={profile}", f"algo={algo}"])
-        expected = {**BF16_WEIGHTS, "hw.gradient_checkpointing": None}
+        # the generation backend is the matrix's own axis (hf here; h200's static copy: tests/rollout)
+        expected = {**BF16_WEIGHTS, "hw.gradient_checkpointing": None, "hw.generation_backend": GPU_BACKEND[profile]}
         assert {key: OmegaConf.select(cfg, key) for key in BF16_WEIGHTS} == expected
 
 

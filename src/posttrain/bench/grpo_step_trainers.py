@@ -55,6 +55,8 @@ def anchor_trainer(cfg, run_dir: Path, callbacks: list | None = None):
     if not cfg.model.tiny:
         del model
         model = checkpoint_location(cfg.model)  # TRL loads it itself (its default: fp32)
+    else:  # as a checkpoint on disk carries it (posttrain builds for training: cache off); TRL generates with it
+        model.config.use_cache = True
     ours = grpo_args(cfg, run_dir, weights).to_dict()
     recipe = {k: ours[k] for k in (*RECIPE_KEYS, *TRL_FIELDS)}  # and every loss knob posttrain maps under TRL's name
     # `use_cpu` where TRL's bf16 default needs it to start at all (its error message says so)

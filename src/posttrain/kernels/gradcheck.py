@@ -205,7 +205,7 @@ def run(cfg: dict) -> tuple[int, dict]:
             failures.append(f"max_rel_diff_{name} {out[f'max_rel_diff_{name}']:.3e} > {grad_tol:.1e}")
     if grads[0][inputs["mask"] == 0].abs().sum() != 0:
         failures.append("non-zero hidden gradient at masked positions")
-    out["stats"] = stats
+    out["stats"] = dict(stats)
     out["failures"] = failures
     return (1 if failures else 0), out
 

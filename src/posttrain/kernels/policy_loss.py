@@ -8,7 +8,7 @@ TRL's loss is made of (KL estimators, importance weights, the sampler correction
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 import torch
@@ -161,7 +161,7 @@ def policy_loss_from_logps(
     entropy_mask_fn: Callable[[torch.Tensor, torch.Tensor, float], torch.Tensor] | None = None,
     window_tokens: torch.Tensor | float | None = None,
     accumulation_steps: float = 1.0,
-) -> tuple[torch.Tensor, dict[str, float]]:
+) -> tuple[torch.Tensor, Mapping[str, float]]:
     """TRL 1.16 `GRPOTrainer._compute_loss` from per-token log-probs `logps` [B, T], line by line.
 
     The knobs are `GRPOConfig`'s, with its names and defaults. Beyond them: `vllm_is_ratio` ([B, T] or [B, 1],
@@ -241,13 +241,40 @@ def policy_loss_from_logps(
         loss = loss - entropy_coef * (entropy * bonus_mask).sum() / bonus_mask.sum().clamp(min=1.0) / accumulation_steps
 
     with torch.no_grad():
-        stats = _stats(policy_loss, kl, coef_1, phi, advantages, mask, kind.term, epsilon_low, epsilon_high)
+        metrics = _stats(policy_loss, kl, coef_1, phi, advantages, mask, kind.term, epsilon_low, epsilon_high)
         if entropy is not None:  # for adaptive entropy control: the entropy over the tokens the bonus acts on
             bonus_mask = mask if entropy_mask is None else mask * entropy_mask
-            stats["entropy_sum"], stats["entropy_tokens"] = torch.stack(
-                [(entropy.detach() * bonus_mask).sum(), bonus_mask.sum()]
-            ).tolist()
-    return loss, stats
+            metrics["entropy_sum"] = (entropy.detach() * bonus_mask).sum()
+            metrics["entropy_tokens"] = bonus_mask.sum()
+    return loss, DeviceStats(metrics, mask.dtype)
+
+
+class DeviceStats(Mapping[str, float]):
+    """The loss metrics as floats, copied from the device in one transfer on first read. Reading a device value
+    waits for the forward to finish; a caller that reads them after `backward()` (or never: a benchmark) has
+    launched the backward by then, so the host keeps queueing work while the GPU computes."""
+
+    def __init__(self, tensors: dict[str, torch.Tensor], dtype: torch.dtype) -> None:
+        self._tensors, self._dtype = tensors, dtype
+        self._values: dict[str, float] | None = None
+
+    def _resolved(self) -> dict[str, float]:
+        if self._values is None:
+            values = torch.stack([t.to(self._dtype) for t in self._tensors.values()]).tolist()
+            self._values = dict(zip(self._tensors, values))
+        return self._values
+
+    def __getitem__(self, key: str) -> float:
+        return self._resolved()[key]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._tensors)
+
+    def __len__(self) -> int:
+        return len(self._tensors)
+
+    def __repr__(self) -> str:
+        return f"DeviceStats({self._resolved()!r})"
 
 
 def _trl() -> Any:
@@ -285,13 +312,13 @@ def _global_masked_mean(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     return (x * mask).sum() / mask.sum().clamp(min=1.0)
 
 
-def _stats(policy_loss, kl, coef_1, phi, advantages, mask, term, epsilon_low, epsilon_high) -> dict[str, float]:
+def _stats(policy_loss, kl, coef_1, phi, advantages, mask, term, epsilon_low, epsilon_high) -> dict[str, torch.Tensor]:
     """TRL's loss metrics of this batch: the KL term's mean (and p95), and the loss type's own ratio metrics."""
     nan = torch.tensor(math.nan, dtype=mask.dtype, device=mask.device)
     if kl is not None:
         kl_mean = (kl * mask).sum() / mask.sum().clamp(min=1.0)
-        kl_tokens = kl[mask > 0]
-        kl_p95 = torch.quantile(kl_tokens.float(), 0.95).to(mask.dtype) if kl_tokens.numel() else nan
+        # over the unmasked tokens without boolean indexing (a host sync): NaN elsewhere; all NaN gives NaN
+        kl_p95 = torch.nanquantile(torch.where(mask > 0, kl.float(), math.nan).flatten(), 0.95).to(mask.dtype)
     else:
         kl_mean = kl_p95 = nan
     metrics = {"policy_loss": policy_loss, "kl_mean": kl_mean, "kl_p95": kl_p95}
@@ -307,5 +334,4 @@ def _stats(policy_loss, kl, coef_1, phi, advantages, mask, term, epsilon_low, ep
         )
     elif term == "vespo":
         metrics["vespo/phi_seq_mean"] = _global_masked_mean(phi.to(mask.dtype), mask)
-    values = torch.stack([v.to(mask.dtype) for v in metrics.values()]).tolist()
-    return dict(zip(metrics, values))
+    return metrics

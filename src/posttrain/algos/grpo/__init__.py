@@ -17,6 +17,15 @@ from omegaconf import DictConfig, open_dict
 from posttrain.algos.base import Algorithm, Workload
 from posttrain.algos.grpo.config import GRPOAlgoConfig, validate_grpo
 
+GPU_COPY_SHARE = 0.05  # of hw.device_gib: the largest rollout copy a GPU profile's generation backend makes
+
+
+def _copy_share(cfg: DictConfig) -> float:
+    """The bf16 rollout copy's weights as a share of the device's memory."""
+    from posttrain.hardware.params import count_params
+
+    return count_params(cfg).total * 2 / (float(cfg.hw.device_gib) * 2**30)
+
 
 class GRPO(Algorithm):
     name = "grpo"
@@ -36,14 +45,22 @@ class GRPO(Algorithm):
 
     def apply_hardware(self, cfg: DictConfig, given: set[str]) -> dict[str, Any]:
         """The profile's vLLM mode (colocate on one big device, server otherwise) and, for bf16 training, its
-        generation backend (hw=cpu: the bf16 rollout copy), each unless the command line chose."""
+        generation backend (hw=cpu: the bf16 rollout copy; h200: the static-cache copy), each unless the command
+        line chose. On a GPU a merged copy is a second set of weights, and it pays where decoding is bound by
+        per-token launches, i.e. for small models: it applies only while the copy takes at most
+        GPU_COPY_SHARE of the device (SmolLM2-135M and Llama-3.2-1B on an H200, not GPT-OSS-20B)."""
         hw, gen = cfg.hw, cfg.algo.generation
         applied: dict[str, Any] = {}
         with open_dict(cfg):
             if hw.vllm_mode and "algo.generation.vllm_mode" not in given and gen.vllm_mode != hw.vllm_mode:
                 gen.vllm_mode = applied["algo.generation.vllm_mode"] = hw.vllm_mode
             backend = hw.get("generation_backend")
-            if backend and hw.precision == "bf16" and gen.backend == "hf" and "algo.generation.backend" not in given:
+            wanted = backend and hw.precision == "bf16" and gen.backend == "hf"
+            if (
+                wanted
+                and "algo.generation.backend" not in given
+                and (hw.device != "cuda" or _copy_share(cfg) <= GPU_COPY_SHARE)
+            ):
                 gen.backend = applied["algo.generation.backend"] = backend
         return applied
 
