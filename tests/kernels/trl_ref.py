@@ -17,6 +17,8 @@ from transformers import LlamaConfig, LlamaForCausalLM
 from trl import GRPOConfig, GRPOTrainer
 from trl.trainer.utils import add_fused_lm_head
 
+from posttrain.kernels.registry import LOSS_TYPE_PARAMS
+
 
 class _Accelerator:
     num_processes = 1
@@ -65,13 +67,7 @@ def trl_default(field: str):
 # the GRPOConfig fields `_compute_loss` reads from `self.args`
 _ARGS = (
     "use_bias_correction_kl",
-    "delta",
-    "sapo_temperature_pos",
-    "sapo_temperature_neg",
-    "vespo_k_pos",
-    "vespo_lambda_pos",
-    "vespo_k_neg",
-    "vespo_lambda_neg",
+    *LOSS_TYPE_PARAMS,
     "entropy_target",
     "entropy_coef_delta",
     "entropy_coef_min",

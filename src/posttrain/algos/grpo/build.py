@@ -11,7 +11,7 @@ from trl import GRPOConfig
 from posttrain.algos.grpo.kl_control import AdaptiveBeta
 from posttrain.algos.grpo.rewards import reward_functions
 from posttrain.dist import is_main_process
-from posttrain.kernels.registry import BACKENDS
+from posttrain.kernels.registry import BACKENDS, LOSS_TYPE_PARAMS
 from posttrain.rollout import build_engine
 from posttrain.training_args import common_training_kwargs
 
@@ -56,13 +56,7 @@ TRL_FIELDS = (
     "beta",
     "epsilon",
     "epsilon_high",
-    "delta",
-    "sapo_temperature_pos",
-    "sapo_temperature_neg",
-    "vespo_k_pos",
-    "vespo_lambda_pos",
-    "vespo_k_neg",
-    "vespo_lambda_neg",
+    *LOSS_TYPE_PARAMS,
     "off_policy_mask_threshold",
     "top_entropy_quantile",
     "entropy_coef",

@@ -20,6 +20,7 @@ from torch.distributed.tensor import DTensor
 from posttrain.algos.grpo.entropy_control import applied_entropy_coef, update_entropy_control
 from posttrain.algos.grpo.policy_forward import causal_lm, global_masked_mean, router_aux_loss
 from posttrain.kernels import completion_logps, grpo_loss, kl_per_token, lm_head_gathered
+from posttrain.kernels.registry import LOSS_TYPE_PARAMS
 
 if TYPE_CHECKING:  # what the mixin is mixed into, for the type checker
     from trl import GRPOConfig
@@ -28,15 +29,6 @@ else:
     _GRPOBase = object
 
 # GRPOConfig loss knobs the kernel path reads from `self.args` under TRL's names (the others are trainer attributes)
-LOSS_ARGS = (
-    "delta",
-    "sapo_temperature_pos",
-    "sapo_temperature_neg",
-    "vespo_k_pos",
-    "vespo_lambda_pos",
-    "vespo_k_neg",
-    "vespo_lambda_neg",
-)
 
 
 class KernelLossMixin(_GRPOBase):
@@ -221,7 +213,7 @@ class KernelLossMixin(_GRPOBase):
                 accumulation_steps=accum,
                 return_logps=True,
                 return_entropy=True,
-                **{k: getattr(self.args, k) for k in LOSS_ARGS},
+                **{k: getattr(self.args, k) for k in LOSS_TYPE_PARAMS},
             )
         kl = None
         if ref is not None and self.beta != 0.0:
