@@ -57,11 +57,4 @@ for seed in $SEEDS; do
   done
 done
 
-# probes of a lighter recipe, run only when named: a third of the steps at 0.4x the lr. Does SFT stay off the 0.00
-# ASR floor on the held-out families, and keep IFEval (120 steps at 5e-4 took prompt-strict from 0.14 to 0.02)?
-LIGHT="trainer.max_steps=40 trainer.save_steps=40 trainer.lr=2e-4"
-for arm in sft sft_inv; do
-  RUNS[${arm}_light_s0]="+experiment=contrastive_smollm2 seed=0 ${ARMS[$arm]} $LIGHT $EXTRA"
-done
-
 run_listed "${@:-${ORDER[@]}}"
