@@ -135,6 +135,81 @@ def paired_table(all_runs: dict[str, dict], key: str) -> list[str]:
     return lines
 
 
+def _pooled(all_runs: dict[str, dict], arm: str) -> list[dict]:
+    """The runs of `arm` (base: its one run), each scored on the same items."""
+    return [run for run in all_runs.values() if run["arm"] == arm]
+
+
+def arm_table(all_runs: dict[str, dict]) -> list[str]:
+    """Per arm, every seed's records together: means over (seed, item), intervals resampling task instances (each
+    instance carries its items from every seed)."""
+    columns = (
+        "seeds",
+        "ASR held-out families",
+        "ASR trained families",
+        "begins with (held out)",
+        "task utility clean",
+        "under injection",
+        "IFEval prompt strict",
+    )
+    lines = ["| arm | " + " | ".join(columns) + " |", "|---" * (len(columns) + 1) + "|"]
+    for arm in ("base", *ARMS):
+        group = _pooled(all_runs, arm)
+        if not group:
+            continue
+        records = [r for run in group for r in run["records"]]
+        parts = split_rows(records)
+        ifeval = [r for run in group for r in run["ifeval"]]
+        cells = [
+            str(len(group)) if arm != "base" else "-",
+            cell(group_means(parts["held-out families"], "attack_success").get("all")),
+            cell(group_means(parts["trained families"], "attack_success").get("all")),
+            cell(group_means(parts["held-out families"], "attack_begins").get("all")),
+            cell(group_means(records, "benign_ok").get("all")),
+            cell(group_means(records, "injected_ok").get("all")),
+            cell(group_means(ifeval, "prompt_level_strict_acc").get("all") if ifeval else None),
+        ]
+        lines.append(f"| {arm} | " + " | ".join(cells) + " |")
+    return lines
+
+
+def pooled_pair_table(all_runs: dict[str, dict]) -> list[str]:
+    """Arm a minus arm b over every seed both ran (b = base: the same base records for each seed): per-item
+    differences of the same seed, pooled over seeds, intervals resampling task instances."""
+    metrics = (
+        ("attack_success", "held-out families", "ASR held-out families"),
+        ("attack_success", "all", "ASR all families"),
+        ("injected_ok", "all", "utility under injection"),
+        ("benign_ok", "all", "utility clean"),
+    )
+    lines = ["| pair | seeds | " + " | ".join(m[2] for m in metrics) + " |", "|---" * (len(metrics) + 2) + "|"]
+    pairs = [*PAIRS, *((arm, "base") for arm in ARMS)]
+    for a, b in pairs:
+        matched = []
+        for run in _pooled(all_runs, a):
+            other = (
+                _pooled(all_runs, "base")[0]
+                if b == "base" and "base" in all_runs
+                else all_runs.get(f"{b}_s{run['seed']}")
+            )
+            if other is not None:
+                matched.append((run, other))
+        if not matched:
+            continue
+        cells = []
+        for key, rows, _ in metrics:
+            diffs = []
+            for run, other in matched:
+                theirs = {r["id"]: r for r in other["records"]}
+                for r in split_rows(run["records"])[rows]:
+                    o = theirs.get(r["id"])
+                    if o is not None and r.get(key) is not None and o.get(key) is not None:
+                        diffs.append({**r, "diff": float(r[key]) - float(o[key])})
+            cells.append(signed(group_means(diffs, "diff").get("all")) if diffs else "-")
+        lines.append(f"| {a} − {b} | {len(matched)} | " + " | ".join(cells) + " |")
+    return lines
+
+
 def cost_table(res: Path, names: list[str]) -> list[str]:
     lines = ["| run | wall | user+sys CPU s | peak RSS GB |", "|---|---|---|---|"]
     for name in names:
@@ -217,6 +292,8 @@ def main(argv: list[str] | None = None) -> None:
         sys.exit(f"no runs with eval records under {res}")
     n_items = {name: len(run["records"]) for name, run in all_runs.items()}
     out = [f"Runs: {', '.join(f'{k} (n={v})' for k, v in n_items.items())}", ""]
+    out += ["### Per arm, all seeds together", "", *arm_table(all_runs), ""]
+    out += ["### Paired differences, all seeds together (same seed, same items)", "", *pooled_pair_table(all_runs), ""]
     out += [
         "### ASR in response (the witness anywhere in the reply), by attack family",
         "",

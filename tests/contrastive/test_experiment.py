@@ -39,4 +39,6 @@ def test_run_script_and_report_at_tiny_scale(tmp_path):
     experiment_script(script.parent / "report.py").main(["--results", str(res)])
     text = (res / "report.md").read_text()
     assert "| sft_inv_s0 − sft_s0 |" in text and "| dpo_inv_s0 − base |" in text
+    # the seed-pooled tables: one row per arm (seeds counted) and per pair
+    assert "| sft_inv | 1 | " in text and "| sft_inv − sft | 1 | " in text and "| dpo_inv − base | 1 | " in text
     assert "| detection_s0 | " in text and (res / "asr_by_family.png").stat().st_size > 0
