@@ -41,6 +41,8 @@ ARMS: dict[str, list[str]] = {
     # not in the list: how far the preset goes with twice the steps, and with twice the group size
     "steps120": [OLD, "trainer.max_steps=120"],
     "gen8": [OLD, "algo.num_generations=8", "trainer.per_device_batch_size=16"],
+    "gen8_lr2e-4": ["algo.num_generations=8", "trainer.per_device_batch_size=16"],  # today's preset, 8 per group
+    "rank64": ["model.lora.r=64", "model.lora.alpha=128"],  # today's preset, 4x the LoRA rank (same alpha / r)
     "lr2e-4_steps120": ["trainer.lr=2e-4", "trainer.max_steps=120"],
     "lr2e-4_dynamic_sampling": ["trainer.lr=2e-4", "algo.dynamic_sampling.enabled=true"],
     "lr2e-4_bf16_copy": ["trainer.lr=2e-4", "algo.generation.backend=bf16_copy"],
