@@ -43,7 +43,7 @@ def _loss_and_kl(trainer, inputs, pad: int):
     inputs["ref_per_token_logps"] = ref
     inputs["old_per_token_logps"] = None
     loss = trainer._compute_loss(trainer.model, inputs)
-    return float(loss), trainer._metrics["train"]["kl"][-1]
+    return float(loss), float(trainer._metrics["train"]["kl"][-1])
 
 
 @pytest.mark.parametrize("kernels", ["trl", "eager"])

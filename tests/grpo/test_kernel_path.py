@@ -125,7 +125,7 @@ def _loss_and_grads(trainer, inputs, backend):
     loss = trainer._compute_loss(trainer.model, inputs)
     loss.backward()
     grads = {n: p.grad.clone() for n, p in trainer.model.named_parameters() if p.grad is not None}
-    metrics = {k: v[-1] for k, v in trainer._metrics["train"].items() if v}
+    metrics = {k: float(v[-1]) for k, v in trainer._metrics["train"].items() if v}
     return loss.item(), grads, metrics
 
 

@@ -190,7 +190,7 @@ def _step(trainer, inputs, backend, attrs, args):
         loss = trainer._compute_loss(trainer.model, dict(inputs))
         loss.backward()
         grads = {n: p.grad.clone() for n, p in trainer.model.named_parameters() if p.grad is not None}
-        metrics = {k: v[-1] for k, v in trainer._metrics["train"].items() if v}
+        metrics = {k: float(v[-1]) for k, v in trainer._metrics["train"].items() if v}
         return loss.item(), grads, metrics, trainer.entropy_coef
     finally:
         for k, v in saved[0].items():

@@ -34,7 +34,7 @@ def _trainer(tmp_path, *overrides):
 def _loss_metrics(trainer, inputs):
     trainer._metrics["train"].clear()
     loss = trainer._compute_loss(trainer.model, inputs)
-    return loss, {k: v[-1] for k, v in trainer._metrics["train"].items() if k.startswith("sampling/")}
+    return loss, {k: float(v[-1]) for k, v in trainer._metrics["train"].items() if k.startswith("sampling/")}
 
 
 @pytest.mark.parametrize(("backend", "kernels"), [("static", "trl"), ("bf16_copy", "fused"), ("bf16_copy", "trl")])

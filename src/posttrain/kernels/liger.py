@@ -21,6 +21,8 @@ from typing import Any
 
 import torch
 
+from posttrain.kernels.policy_loss import DeviceStats
+
 
 def _process_count() -> int:
     """Liger divides `num_items_in_batch` by the torch.distributed world size itself."""
@@ -39,7 +41,7 @@ def liger_grpo_loss(
     *,
     temperature: float,
     **opts: Any,
-) -> tuple[torch.Tensor, dict[str, float]]:
+) -> tuple[torch.Tensor, DeviceStats]:
     """Same contract as `posttrain.kernels.grpo_loss` (backend="liger"); `opts` are all of its options."""
     from liger_kernel.chunked_loss.grpo_loss import LigerFusedLinearGRPOFunction
 
@@ -94,12 +96,8 @@ def liger_grpo_loss(
     policy_loss = loss.detach()
     if LOSSES[loss_type].reduce != "window_tokens":
         loss = loss / opts["accumulation_steps"]
-    metrics = [m.item() for m in metrics]
-    stats = {
-        "policy_loss": policy_loss.item(),
-        "kl_mean": metrics[0] if use_ref else math.nan,
-        "kl_p95": math.nan,
-    }
+    nan = torch.full((), math.nan, device=loss.device)
+    stats = {"policy_loss": policy_loss, "kl_mean": metrics[0].detach() if use_ref else nan, "kl_p95": nan}
     if term in ("clip", "cispo"):
-        stats["clip_ratio" if term == "clip" else "cispo_clip_ratio"] = metrics[-1]
-    return loss, stats
+        stats["clip_ratio" if term == "clip" else "cispo_clip_ratio"] = metrics[-1].detach()
+    return loss, DeviceStats(stats, torch.float32)

@@ -138,7 +138,8 @@ def grpo_loss(
     docstring for the contract). `kl_bias_correction` is TRL's `use_bias_correction_kl`, `vllm_is_ratio` its
     `inputs["importance_sampling_ratio"]`. What a backend cannot compute raises NotImplementedError
     (`registry.refusal`). The per-token entropy, where an option needs it, comes from the backend's own pass.
-    Returns `(loss, stats)`: a scalar loss and floats (`policy_loss`, `kl_mean`, `kl_p95` (NaN without `ref_logps`),
+    Returns `(loss, stats)`: a scalar loss and a `DeviceStats` mapping (floats on first read, `stats.tensor(name)`
+    without a transfer) of `policy_loss`, `kl_mean`, `kl_p95` (NaN without `ref_logps`),
     the loss type's ratio metrics: `clip_ratio`, `clip_ratio/low_mean`, `clip_ratio/high_mean` | `cispo_clip_ratio`
     | `vespo/phi_seq_mean`). With `return_logps`, also the detached per-token log-probs [B, T] (for metrics over
     several micro-batches or processes; `liger`, which never forms them, gets them from `fused`). With

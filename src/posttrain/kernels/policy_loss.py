@@ -267,6 +267,13 @@ class DeviceStats(Mapping[str, float]):
     def __getitem__(self, key: str) -> float:
         return self._resolved()[key]
 
+    def tensor(self, key: str) -> torch.Tensor:
+        """One metric as the 0-dim device tensor it was computed as (no transfer)."""
+        return self._tensors[key]
+
+    def __contains__(self, key: object) -> bool:  # Mapping's would read the values
+        return key in self._tensors
+
     def __iter__(self) -> Iterator[str]:
         return iter(self._tensors)
 

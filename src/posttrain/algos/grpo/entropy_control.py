@@ -12,6 +12,8 @@ from typing import Any
 
 import torch
 
+from posttrain.kernels.policy_loss import DeviceStats
+
 
 def applied_entropy_coef(trainer: Any) -> float:
     """The coefficient this micro-batch's bonus uses: the one set at the end of the previous optimizer step,
@@ -23,16 +25,17 @@ def applied_entropy_coef(trainer: Any) -> float:
     return trainer.entropy_coef
 
 
-def update_entropy_control(trainer: Any, mode: str, stats: dict[str, float], policy_loss: torch.Tensor) -> None:
-    """TRL's logging and adaptive update after one micro-batch: `policy_loss` (mean over processes), the
-    window's entropy over the bonus's tokens (`stats["entropy_sum"]`, `["entropy_tokens"]`), and at each optimizer
-    step the coefficient moved by `entropy_coef_delta` toward keeping the entropy above `entropy_target`."""
+def update_entropy_control(trainer: Any, mode: str, stats: DeviceStats) -> None:
+    """TRL's logging and adaptive update after one micro-batch: `policy_loss` (mean over processes, kept on the
+    device), the window's entropy over the bonus's tokens (`entropy_sum`, `entropy_tokens`), and at each optimizer
+    step the coefficient moved by `entropy_coef_delta` toward keeping the entropy above `entropy_target` (a host
+    read, as in TRL, only then)."""
     if not trainer._entropy_bonus_enabled:
         return
     acc, args = trainer.accelerator, trainer.args
-    trainer._metrics[mode]["policy_loss"].append(acc.gather(policy_loss).nanmean().item())
+    trainer._metrics[mode]["policy_loss"].append(acc.gather(stats.tensor("policy_loss").float()).nanmean())
     if trainer.use_adaptive_entropy and mode == "train":
-        window = torch.tensor([stats["entropy_sum"], stats["entropy_tokens"]], device=policy_loss.device)
+        window = torch.stack([stats.tensor("entropy_sum").float(), stats.tensor("entropy_tokens").float()])
         prev = trainer._entropy_window_stats
         trainer._entropy_window_stats = window if prev is None else prev + window
         if acc.sync_gradients:

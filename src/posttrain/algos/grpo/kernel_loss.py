@@ -132,13 +132,13 @@ class KernelLossMixin(_GRPOBase):
         self._record_sampler_mismatch(inputs, logps.detach())
         if entropy is not None:  # TRL's `entropy` metric, from the kernel's own pass
             self._metrics[mode]["entropy"].append(global_masked_mean(self.accelerator, entropy, mask))
-        update_entropy_control(self, mode, stats, torch.tensor(stats["policy_loss"], device=mask.device))
+        update_entropy_control(self, mode, stats)
         if aux_loss is not None:  # TRL: the router loss is scaled for accumulation like the policy loss
             loss = loss + self.router_aux_loss_coef * aux_loss / accum
-            self._metrics[mode]["aux_loss"].append(self.accelerator.gather_for_metrics(aux_loss).mean().item())
+            self._metrics[mode]["aux_loss"].append(self.accelerator.gather_for_metrics(aux_loss.detach()).mean())
         self._record_kl(mode, kl, mask)
         # TRL's ratio metrics: means over every process's tokens (over sequences at sequence level; vespo's weight
-        # is one per sequence)
+        # is one per sequence). Every metric stays a device tensor until `log()` (`device_metrics`).
         tokens = mask.sum() if self.importance_sampling_level == "token" else torch.tensor(float(mask.size(0)))
         names = {
             "clip_ratio": "clip_ratio/region_mean",
@@ -150,9 +150,10 @@ class KernelLossMixin(_GRPOBase):
         for key, name in names.items():
             if key in stats:
                 count = torch.tensor(float(mask.size(0))) if key.startswith("vespo") else tokens
-                local = torch.tensor([stats[key], 1.0], device=mask.device) * count.to(mask.device, torch.float32)
+                one = torch.ones((), device=mask.device)
+                local = torch.stack([stats.tensor(key).float(), one]) * count.to(mask.device, torch.float32)
                 totals = self.accelerator.reduce(local, reduction="sum")
-                self._metrics[mode][name].append((totals[0] / totals[1].clamp(min=1.0)).item())
+                self._metrics[mode][name].append(totals[0] / totals[1].clamp(min=1.0))
         return loss
 
     def _completion_hidden(

@@ -8,8 +8,8 @@
   (`cast_lm_head_to_fp32`) for a PEFT model whose LM head is tied to its embeddings (SmolLM2, Llama 3.2), where
   TRL's own cast fails at init (trl 1.16 reaches for `model.model.embed_tokens` on the PeftModel).
 - `router_aux_loss`: the MoE load-balancing loss exactly as TRL's fused LM head computes it.
-- `global_masked_mean`, `global_p95`: metrics over the tokens of every process, as TRL reduces its own metrics;
-  `mean_over_processes`: one step's KL for adaptive beta.
+- `global_masked_mean`, `global_p95`: metrics over the tokens of every process, as TRL reduces its own metrics,
+  returned as 0-dim device tensors (`device_metrics`); `mean_over_processes`: one step's KL for adaptive beta.
 
 The kernel path's forward itself is `PosttrainGRPOTrainer._kernel_forward`; it runs inside the wrapped model's
 forward (TRL's `_ForwardRedirection`), so DDP/FSDP/DeepSpeed see a forward of the module they wrap.
@@ -21,6 +21,8 @@ import math
 from typing import Any
 
 import torch
+
+from posttrain.algos.grpo.device_metrics import resolve
 
 
 def causal_lm(model: torch.nn.Module) -> torch.nn.Module:
@@ -85,20 +87,22 @@ def router_aux_loss(lm: torch.nn.Module, router_logits: Any, attention_mask: tor
     return torch.as_tensor(loss)
 
 
-def global_masked_mean(accelerator: Any, x: torch.Tensor, mask: torch.Tensor) -> float:
-    """TRL's `global_masked_mean`: the mean over every process's unmasked tokens ([B, 1] values: per sequence)."""
+def global_masked_mean(accelerator: Any, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """TRL's `global_masked_mean`: the mean over every process's unmasked tokens ([B, 1] values: per sequence),
+    detached, on `x`'s device."""
+    x = x.detach()
     if x.shape[1] == 1:
         local = torch.stack([x.sum(), torch.tensor(float(x.shape[0]), device=x.device, dtype=x.dtype)])
     else:
         m = mask.to(x.dtype)
         local = torch.stack([(x * m).sum(), m.sum()])
     totals = accelerator.reduce(local, reduction="sum")
-    return (totals[0] / totals[1].clamp(min=1.0)).item()
+    return totals[0] / totals[1].clamp(min=1.0)
 
 
-def mean_over_processes(accelerator: Any, values: list[float]) -> float:
+def mean_over_processes(accelerator: Any, values: list[float | torch.Tensor]) -> float:
     """The mean of every process's mean of its non-NaN `values` (NaN where no process has one)."""
-    valid = [v for v in values if not math.isnan(v)]
+    valid = [v for v in resolve(values) if not math.isnan(v)]
     mean = sum(valid) / len(valid) if valid else math.nan
     if accelerator.num_processes == 1:
         return mean
@@ -107,15 +111,19 @@ def mean_over_processes(accelerator: Any, values: list[float]) -> float:
     return total / count if count else math.nan
 
 
-def global_p95(accelerator: Any, x: torch.Tensor, mask: torch.Tensor) -> float:
-    """95th percentile (linear interpolation, as `torch.quantile`) of the unmasked values of every process."""
+def global_p95(accelerator: Any, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """95th percentile (linear interpolation, as `torch.quantile`) of the unmasked values of every process (NaN
+    where there are none), as a 0-dim tensor on `x`'s device: masked values become NaN instead of being dropped by
+    boolean indexing, which would wait for the device to know the count."""
     x = accelerator.pad_across_processes(x.detach().float().contiguous(), dim=1)
     m = accelerator.pad_across_processes(mask.contiguous(), dim=1)
-    values = accelerator.gather(x)[accelerator.gather(m) > 0]
-    if values.numel() == 0:
-        return math.nan
-    values = values.sort().values  # torch.quantile refuses more than 2**24 values
-    pos = 0.95 * (values.numel() - 1)
-    lo = math.floor(pos)
-    hi = min(lo + 1, values.numel() - 1)
-    return (values[lo] + (pos - lo) * (values[hi] - values[lo])).item()
+    values = torch.where(accelerator.gather(m) > 0, accelerator.gather(x), math.nan).flatten()
+    if values.numel() <= 2**24:  # torch's quantile limit
+        return torch.nanquantile(values, 0.95)
+    values = values.sort().values  # NaNs sort last
+    count = (~values.isnan()).sum()
+    pos = 0.95 * (count - 1).clamp(min=0).double()
+    lo = pos.floor().long()
+    hi = torch.minimum(lo + 1, (count - 1).clamp(min=0))
+    p95 = values[lo] + (pos - lo).float() * (values[hi] - values[lo])
+    return torch.where(count > 0, p95, math.nan)

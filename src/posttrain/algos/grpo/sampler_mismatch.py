@@ -28,7 +28,8 @@ from posttrain.kernels.policy_loss import sampling_importance_ratio
 
 
 def record_mismatch(trainer: Any, mode: str, learner: torch.Tensor, sampler: torch.Tensor, mask: torch.Tensor) -> None:
-    """Append this micro-batch's mismatch metrics (every process's tokens) to `trainer._metrics[mode]`."""
+    """Append this micro-batch's mismatch metrics (every process's tokens) to `trainer._metrics[mode]`, as device
+    tensors (`device_metrics`)."""
     valid = mask.bool() & ~torch.isnan(sampler)
     diff = (learner.float() - sampler.float()).masked_fill(~valid, 0.0)
     count = valid.sum().float()
@@ -38,11 +39,11 @@ def record_mismatch(trainer: Any, mode: str, learner: torch.Tensor, sampler: tor
     highs = torch.stack([diff.abs().max(), diff.exp().masked_fill(~valid, 0.0).max()])
     highs = trainer.accelerator.reduce(highs, reduction="max") if trainer.accelerator.num_processes > 1 else highs
     metrics = trainer._metrics[mode]
-    metrics["sampling/sampling_logp_difference/mean"].append((totals[0] / n).item())
-    metrics["sampling/sampling_logp_difference/max"].append(highs[0].item())
-    metrics["sampling/importance_sampling_ratio/mean"].append((totals[1] / n).item())
-    metrics["sampling/importance_sampling_ratio/max"].append(highs[1].item())
-    metrics["sampling/sampler_kl"].append((totals[2] / n).item())
+    metrics["sampling/sampling_logp_difference/mean"].append(totals[0] / n)
+    metrics["sampling/sampling_logp_difference/max"].append(highs[0])
+    metrics["sampling/importance_sampling_ratio/mean"].append(totals[1] / n)
+    metrics["sampling/importance_sampling_ratio/max"].append(highs[1])
+    metrics["sampling/sampler_kl"].append(totals[2] / n)
 
 
 @torch.no_grad()

@@ -37,6 +37,7 @@ from transformers import TrainerCallback
 from trl import GRPOConfig, GRPOTrainer
 from trl.models.utils import _ForwardRedirection
 
+from posttrain.algos.grpo.device_metrics import resolve_metrics
 from posttrain.algos.grpo.dynamic_sampling import DynamicSamplingMixin
 from posttrain.algos.grpo.kernel_loss import KernelLossMixin
 from posttrain.algos.grpo.kl_control import AdaptiveBeta
@@ -238,6 +239,7 @@ class PosttrainGRPOTrainer(AtomicCheckpointMixin, DynamicSamplingMixin, KernelLo
 
                 wandb_run = wandb.run
             logs.update(self.reward_hist[mode].flush(wandb_run))
+        resolve_metrics(self._metrics[mode])  # TRL's log averages floats
         super().log(logs, start_time)
         if mode == "train":
             self._step_kls_from = 0  # TRL's log has emptied `_metrics["train"]`
