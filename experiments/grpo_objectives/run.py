@@ -79,6 +79,19 @@ ARMS: dict[str, list[str]] = {
         "algo.dynamic_sampling.max_rounds=2",
         "trainer.max_steps=75",
     ],
+    # DAPO's generation batch: each refill samples 8 prompts (32 completions) in one batch instead of 2 (8): on a CPU
+    # one batch of 32 costs far less than four of 8, and at ~0.2 informative groups per prompt one refill usually fills
+    "dynamic_sampling_refill8": [
+        "algo.dynamic_sampling.enabled=true",
+        "algo.dynamic_sampling.refill_groups=8",
+        "algo.dynamic_sampling.max_rounds=2",
+    ],
+    "bf16_copy_dynamic_sampling_refill8": [
+        "algo.generation.backend=bf16_copy",
+        "algo.dynamic_sampling.enabled=true",
+        "algo.dynamic_sampling.refill_groups=8",
+        "algo.dynamic_sampling.max_rounds=2",
+    ],
 }
 
 

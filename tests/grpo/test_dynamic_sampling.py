@@ -81,6 +81,31 @@ def test_trainer_refills_zero_std_groups_and_logs_it(tmp_path, monkeypatch):
     assert all((g == g[0]).all() for g in prompts)
 
 
+def test_refill_batches_sample_refill_groups_prompts_and_keep_the_step_size(tmp_path, monkeypatch):
+    """`algo.dynamic_sampling.refill_groups`: each extra generation batch samples that many prompts (DAPO's
+    gen_prompt_bsz); the step still trains on its own group count, informative groups first."""
+    trainer = make_trainer(tmp_path, "algo.max_completion_length=4", reward=_prompt_gated_reward)
+    trainer.dynamic_sampling_rounds, trainer.dynamic_sampling_refill_groups = 3, 5
+    sizes: list[int] = []
+    original = GRPOTrainer._generate_and_score_completions
+
+    def recording(self, inputs):
+        sizes.append(len(inputs))
+        out = original(self, inputs)
+        # every group of the first batch is dropped: the step must be refilled from the larger batches
+        return {**out, "advantages": torch.zeros_like(out["advantages"])} if len(sizes) == 1 else out
+
+    monkeypatch.setattr(GRPOTrainer, "_generate_and_score_completions", recording)
+    trainer.model.train()
+    k = trainer.num_generations
+    batch = trainer._generate_and_score_completions(next(iter(trainer.get_train_dataloader())))
+    n_groups = sizes[0] // k
+    assert sizes[1:] and all(size == 5 * k for size in sizes[1:]) and len(sizes) <= 4
+    assert batch["advantages"].numel() == n_groups * k
+    extra = trainer._metrics["train"]["dynamic_sampling/extra_generations"][-1]
+    assert extra == (len(sizes) - 1) * 5 * k
+
+
 def test_dynamic_sampling_trains(tmp_path):
     trainer = make_trainer(tmp_path, "algo.max_completion_length=4", reward=_prompt_gated_reward)
     trainer.dynamic_sampling_rounds = 2

@@ -133,6 +133,7 @@ def build_trainer(cfg: DictConfig, run_dir: Path, callbacks: list | None = None)
         kl_controller=controller,
         reward_hist_default=cfg.data.name,
         dynamic_sampling_rounds=cfg.algo.dynamic_sampling.max_rounds if cfg.algo.dynamic_sampling.enabled else 0,
+        dynamic_sampling_refill_groups=cfg.algo.dynamic_sampling.refill_groups,
         sampler_correction=cfg.algo.sampler_correction,
     )
     # after the trainer placed the policy on its device: the copy lands there too

@@ -50,6 +50,10 @@ class DynamicSamplingConfig:
     # DAPO: replace groups whose rewards are all equal (zero advantages) by freshly generated ones (one process only)
     enabled: bool = False
     max_rounds: int = num(4, ge=1, note="extra generation batches per step at most")
+    # prompts (groups) per extra batch (DAPO's gen_prompt_bsz); null: the step's own group count. One larger
+    # batch costs far less than several small ones where decoding is bound by reading the weights (CPU, small GPU
+    # batches); informative groups beyond the step's count are discarded, as in DAPO
+    refill_groups: int | None = num(None, ge=1)
 
 
 @dataclass

@@ -1,7 +1,7 @@
 """DAPO's dynamic sampling: a group whose completions all got the same reward has zero advantages and teaches nothing;
 drop such groups and generate more until the generation batch is full again (`DynamicSamplingMixin`, before
 `GRPOTrainer` in a trainer's bases; `dynamic_sampling_rounds` > 0 turns it on and caps the extra generation batches
-per step).
+per step, `dynamic_sampling_refill_groups` sets how many prompts each extra batch samples: DAPO's gen_prompt_bsz).
 
 A group is informative when any member's advantage is non-zero (with every reward scaling a group of equal rewards
 has exactly zero advantages). The merged batch takes informative groups in generation order up to the batch's group
@@ -73,6 +73,7 @@ class DynamicSamplingMixin:
     """Wraps `GRPOTrainer._generate_and_score_completions` (training only) with DAPO's dynamic sampling."""
 
     dynamic_sampling_rounds: int = 0
+    dynamic_sampling_refill_groups: int | None = None
     _extra_epochs: int = 0
     train_dataset: Any  # GRPOTrainer's
     args: Any
@@ -84,18 +85,18 @@ class DynamicSamplingMixin:
         k = self.num_generations
         n_groups = len(inputs) // k
         batches, keeps = [scored], [informative_groups(scored["advantages"], k)]
-        rounds = 0
+        rounds = extra = 0
+        refill = self.dynamic_sampling_refill_groups or n_groups
         while sum(int(keep.sum()) for keep in keeps) < n_groups and rounds < self.dynamic_sampling_rounds:
-            more = super()._generate_and_score_completions(
-                [row for row in self._more_prompts(n_groups) for _ in range(k)]
-            )
+            more = super()._generate_and_score_completions([row for row in self._more_prompts(refill) for _ in range(k)])
             batches.append(more)
             keeps.append(informative_groups(more["advantages"], k))
             rounds += 1
+            extra += refill * k
         merged, informative = merge_groups(batches, keeps, n_groups, k, self._tokenizer.pad_token_id)
         metrics = self._metrics["train"]
         metrics["dynamic_sampling/zero_std_frac"].append(1.0 - keeps[0].float().mean().item())
-        metrics["dynamic_sampling/extra_generations"].append(float(rounds * len(inputs)))
+        metrics["dynamic_sampling/extra_generations"].append(float(extra))
         metrics["dynamic_sampling/informative_frac"].append(informative / n_groups)
         return merged
 
