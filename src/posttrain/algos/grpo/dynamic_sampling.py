@@ -88,7 +88,8 @@ class DynamicSamplingMixin:
         rounds = extra = 0
         refill = self.dynamic_sampling_refill_groups or n_groups
         while sum(int(keep.sum()) for keep in keeps) < n_groups and rounds < self.dynamic_sampling_rounds:
-            more = super()._generate_and_score_completions([row for row in self._more_prompts(refill) for _ in range(k)])
+            rows = [row for row in self._more_prompts(refill) for _ in range(k)]
+            more = super()._generate_and_score_completions(rows)
             batches.append(more)
             keeps.append(informative_groups(more["advantages"], k))
             rounds += 1

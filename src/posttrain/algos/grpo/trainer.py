@@ -97,7 +97,7 @@ class PosttrainGRPOTrainer(AtomicCheckpointMixin, DynamicSamplingMixin, KernelLo
         self._step_kls_from = 0  # where the current step's entries start in `_metrics["train"]["kl"]`
         self.add_callback(_AfterOptimizerStep(self._after_optimizer_step))
         self.dynamic_sampling_rounds = dynamic_sampling_rounds  # 0: off; else the cap on extra generation batches
-        self.dynamic_sampling_refill_groups = dynamic_sampling_refill_groups  # groups per extra batch (None: the step's)
+        self.dynamic_sampling_refill_groups = dynamic_sampling_refill_groups  # per extra batch; None: the step's
         self.sampler_correction = sampler_correction  # importance-sample a rollout copy's samples (sampler_mismatch)
         self.rollout: RolloutEngine | None = None  # a merged-copy backend's engine (`attach_rollout`)
         self._rollout_step = self.state.global_step
