@@ -20,8 +20,15 @@ from pathlib import Path
 from posttrain.algos.contrastive.stats import group_means, paired_difference
 
 HERE = Path(__file__).resolve().parent
-ARMS = ("sft", "sft_inv", "dpo", "dpo_inv", "detection")  # run.sh's order
-PAIRS = (("sft_inv", "sft"), ("dpo_inv", "dpo"), ("dpo", "sft"), ("detection", "sft"))  # same seed, same items
+ARMS = ("sft", "sft_inv", "dpo", "dpo_inv", "sft_inv_nokl", "dpo_inv_nokl", "detection")  # run.sh's order
+PAIRS = (  # same seed, same items
+    ("sft_inv", "sft"),
+    ("dpo_inv", "dpo"),
+    ("sft_inv_nokl", "sft"),
+    ("dpo_inv_nokl", "dpo"),
+    ("dpo", "sft"),
+    ("detection", "sft"),
+)
 FAMILIES = ("naive", "ignore", "completion", "escape", "combined")
 
 

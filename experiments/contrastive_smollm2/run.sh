@@ -29,21 +29,24 @@ export HF_HUB_OFFLINE=1
 source experiments/run_one.sh
 SEEDS=${SEEDS:-"0 1 2"}
 
-# the arms: algo.* overrides of the preset (conf/experiment/contrastive_smollm2.yaml = SFT + invariance)
+# the arms: algo.* overrides of the preset (conf/experiment/contrastive_smollm2.yaml = SFT + invariance, no KL)
 declare -A ARMS=(
   # StruQ-style SFT: the benign answer on injected inputs (the shifted LM loss on the injected rows), nothing else
   [sft]="algo.contrastive_weight=0 algo.consistency_weight=0"
   # + invariance: the injected prompt's answer state pulled to its benign version's, + output consistency (KL)
-  [sft_inv]=""
+  [sft_inv]="algo.consistency_weight=1"
   # SecAlign-style DPO (TRL's DPOTrainer): benign answer over the injected task's answer, on the injected prompt
   [dpo]="algo.preference=dpo algo.lm_weight=0 algo.contrastive_weight=0 algo.consistency_weight=0"
-  [dpo_inv]="algo.preference=dpo algo.lm_weight=0"
+  [dpo_inv]="algo.preference=dpo algo.lm_weight=0 algo.consistency_weight=1"
+  # the invariance term alone, without the output-consistency KL, which cost IFEval (the preset since 2026-11-26)
+  [sft_inv_nokl]=""
+  [dpo_inv_nokl]="algo.preference=dpo algo.lm_weight=0"
   # the first experiment's detection objective (benign anchor, injected as the hard negative, mean over prompt
   # tokens, trained head, LM loss on benign rows only)
   [detection]="algo.objective=detection algo.pool=prompt algo.train_head=true algo.consistency_weight=0
                algo.lm_on_injected=false"
 )
-ARM_ORDER=(sft sft_inv dpo dpo_inv detection)
+ARM_ORDER=(sft sft_inv dpo dpo_inv sft_inv_nokl dpo_inv_nokl detection)
 
 declare -A RUNS=(
   # the starting weights, scored once on the same eval items as every arm
