@@ -20,12 +20,13 @@ from pathlib import Path
 from posttrain.algos.contrastive.stats import group_means, paired_difference
 
 HERE = Path(__file__).resolve().parent
-ARMS = ("sft", "sft_inv", "dpo", "dpo_inv", "sft_inv_nokl", "dpo_inv_nokl", "detection")  # run.sh's order
+ARMS = ("sft", "sft_inv", "dpo", "dpo_inv", "sft_inv_nokl", "dpo_inv_nokl", "dpo_inv_w01", "detection")  # run.sh's
 PAIRS = (  # same seed, same items
     ("sft_inv", "sft"),
     ("dpo_inv", "dpo"),
     ("sft_inv_nokl", "sft"),
     ("dpo_inv_nokl", "dpo"),
+    ("dpo_inv_w01", "dpo"),
     ("dpo", "sft"),
     ("detection", "sft"),
 )
