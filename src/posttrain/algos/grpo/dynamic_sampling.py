@@ -85,7 +85,7 @@ class DynamicSamplingMixin:
         k = self.num_generations
         n_groups = len(inputs) // k
         batches, keeps = [scored], [informative_groups(scored["advantages"], k)]
-        rounds = extra = 0
+        rounds = 0
         refill = self.dynamic_sampling_refill_groups or n_groups
         while sum(int(keep.sum()) for keep in keeps) < n_groups and rounds < self.dynamic_sampling_rounds:
             rows = [row for row in self._more_prompts(refill) for _ in range(k)]
@@ -93,11 +93,10 @@ class DynamicSamplingMixin:
             batches.append(more)
             keeps.append(informative_groups(more["advantages"], k))
             rounds += 1
-            extra += refill * k
         merged, informative = merge_groups(batches, keeps, n_groups, k, self._tokenizer.pad_token_id)
         metrics = self._metrics["train"]
         metrics["dynamic_sampling/zero_std_frac"].append(1.0 - keeps[0].float().mean().item())
-        metrics["dynamic_sampling/extra_generations"].append(float(extra))
+        metrics["dynamic_sampling/extra_generations"].append(float(rounds * refill * k))
         metrics["dynamic_sampling/informative_frac"].append(informative / n_groups)
         return merged
 
