@@ -60,12 +60,20 @@ def peft_lora(model: Any, seed: int) -> Iterator[list[torch.nn.Parameter]]:
             peft.unload()
 
 
-def _fit(params: list[torch.nn.Parameter], steps: int, lr: float, loss_of_step: Callable[[int], torch.Tensor]) -> None:
-    """`steps` AdamW steps on `loss_of_step(step)`, lr cosine-annealed from `lr` to 0."""
+def _fit(
+    params: list[torch.nn.Parameter],
+    steps: int,
+    lr: float,
+    loss_of_step: Callable[[int], torch.Tensor],
+    desc: str | None = None,
+) -> None:
+    """`steps` AdamW steps on `loss_of_step(step)`, lr cosine-annealed from `lr` to 0 (a progress bar with `desc`)."""
+    from tqdm.auto import trange
+
     optimizer = torch.optim.AdamW(params, lr=lr)
     schedule = torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, T_max=max(steps, 1), eta_min=0.0)
     with torch.enable_grad():
-        for step in range(steps):
+        for step in trange(steps, desc=desc, unit="step", leave=False, disable=desc is None):
             optimizer.zero_grad(set_to_none=True)
             loss = loss_of_step(step)
             if not torch.isfinite(loss):
@@ -95,7 +103,7 @@ def format_lora(
 
     with peft_lora(model, seed) as params:
         start = time.perf_counter()
-        _fit(params, steps, lr, loss)
+        _fit(params, steps, lr, loss, desc="format-only LoRA")
         yield time.perf_counter() - start
 
 

@@ -32,6 +32,7 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
+from tqdm.auto import tqdm
 
 from posttrain.algos.d2l.baselines import distilled_lora, format_lora, lm_answer_logits, teacher_document
 from posttrain.algos.d2l.batching import view_batch
@@ -235,7 +236,7 @@ def evaluate_model(
     }
     all_lora = GeneratedLoRA.cat([model.internalize(docs[i : i + batch_size]) for i in range(0, len(docs), batch_size)])
     per: dict[str, dict[int, dict[str, Any]]] = {}
-    for cond in (c for c in wanted if c in tasks):
+    for cond in tqdm([c for c in wanted if c in tasks], desc="evaluating conditions", unit="condition", leave=False):
         per[cond] = run_task(model, tasks[cond], all_lora, batch_size, max_new_tokens, generate)
     if generate and "d2l_other_entity" in per:
         for j, entry in per["d2l_other_entity"].items():
@@ -313,7 +314,7 @@ def _distill_each(
     count = len(docs) if not b.cd_max_docs else min(int(b.cd_max_docs), len(docs))
     per: dict[int, dict[str, Any]] = {}
     times = []
-    for d in range(count):
+    for d in tqdm(range(count), desc=f"context distillation ({b.cd_steps} steps per document)", unit="doc"):
         items = [j for j, dj in enumerate(doc_index) if dj == d]
         if b.cd_probes == "probes":
             if not records[items[0]].get("probes"):

@@ -30,7 +30,12 @@ def teacher_topk(
     lm = model.base
     device = model.device
     out = []
-    for i in trange(0, len(rows), batch_size, desc="teacher top-k (in-context base)", unit="batch", leave=False):
+    # one batch (context distillation's per-document teacher) is too short for a bar of its own
+    batches = trange(
+        0, len(rows), batch_size, desc="teacher top-k (in-context base)", unit="batch", leave=False,
+        disable=len(rows) <= batch_size,
+    )  # fmt: skip
+    for i in batches:
         chunk = rows[i : i + batch_size]
         batch = {k_: v.to(device) for k_, v in teacher_batch(chunk, model.tokenizer.pad_token_id).items()}
         hidden = backbone_of(lm)(
