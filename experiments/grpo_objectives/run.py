@@ -4,7 +4,7 @@ summary.json exists is skipped).
     python experiments/grpo_objectives/run.py --arms preset,all_linear --seeds 0-4 [--jobs 2 --threads 1]
     python experiments/grpo_objectives/run.py --list
 
-Every run: `python train.py +experiment=grpo_smollm2_add <the arm's overrides> seed=S`, into
+Every run: `python train.py +experiment=grpo_smollm2_add <BASE, then the arm's overrides> seed=S`, into
 experiments/grpo_objectives/results/<arm>/seed<S>/ (config.yaml, metrics.jsonl, summary.json with the held-out
 accuracy before and after, the run's log); checkpoints are not kept. `--jobs N` runs N at a time, each with
 `hw.threads=T` (on 2 cores: `--jobs 2 --threads 1`; fp32 results do not depend on the thread count).
@@ -26,8 +26,12 @@ DIGITS = (
     "{name:numeric_answer,weight:0.0}]"
 )
 OLD = "trainer.lr=5e-4"  # the preset's lr before this experiment: the single-change arms ran on it
+# The make-train preset the arms were defined on (lr 2e-4, 60 steps, sampling from the fp32 policy): every arm starts
+# from it, so that today's preset (bf16 copy, dynamic sampling, 75 steps: the arm bf16_copy_dynamic_sampling_steps75)
+# does not change what an arm's name means.
+BASE = ["algo.generation.backend=hf", "algo.dynamic_sampling.enabled=false", "trainer.max_steps=60"]
 ARMS: dict[str, list[str]] = {
-    "preset": [],  # lr 2e-4 since this experiment
+    "preset": [],  # lr 2e-4 since this experiment (BASE: the make-train preset from 2026-11-25 to 2026-11-26)
     "lr5e-4": [OLD],  # the preset before it
     "all_linear": [OLD, "model.lora.targets=all_linear"],
     "all_linear_lr2e-4": ["model.lora.targets=all_linear", "trainer.lr=2e-4"],
@@ -100,6 +104,13 @@ def base_arm(arm: str) -> str:
     return "lr5e-4" if OLD in ARMS.get(arm, []) and arm != "lr5e-4" else "preset"
 
 
+def overrides(arm: str) -> list[str]:
+    """BASE with the arm's own overrides in place of BASE's for the same keys."""
+    own = ARMS[arm]
+    keys = {o.split("=", 1)[0] for o in own}
+    return [o for o in BASE if o.split("=", 1)[0] not in keys] + own
+
+
 def seeds(spec: str) -> list[int]:
     out: list[int] = []
     for part in spec.split(","):
@@ -113,7 +124,7 @@ def run(arm: str, seed: int, threads: int, extra: list[str]) -> str:
     if (out / "summary.json").exists():
         return f"{arm} seed {seed}: done before"
     out.mkdir(parents=True, exist_ok=True)
-    cmd = [sys.executable, str(ROOT / "train.py"), "+experiment=grpo_smollm2_add", *ARMS[arm], *extra]
+    cmd = [sys.executable, str(ROOT / "train.py"), "+experiment=grpo_smollm2_add", *overrides(arm), *extra]
     cmd += [f"seed={seed}", f"hw.threads={threads}", "trainer.progress_bar=false", "trainer.save_steps=0"]
     cmd += [f"hydra.run.dir={out}"]
     with open(out / "run.log", "w") as log:
@@ -132,8 +143,8 @@ def main() -> int:
     p.add_argument("--list", action="store_true")
     args = p.parse_args()
     if args.list:
-        for name, overrides in ARMS.items():
-            print(f"{name:24s} {' '.join(overrides) or '(the make train preset)'}")
+        for name in ARMS:
+            print(f"{name:24s} {' '.join(overrides(name))}")
         return 0
     unknown = [a for a in args.arms.split(",") if a not in ARMS]
     if unknown:

@@ -61,3 +61,6 @@ def test_smollm2_grpo_step_with_heldout_accuracy(tmp_path, cached):
     assert 0 <= summary["heldout_acc_before"] <= 1 and 0 <= summary["heldout_acc_after"] <= 1
     rewards = [m["reward"] for m in metrics if m.get("reward") is not None]
     assert rewards and all(0.0 <= r <= 1.0 for r in rewards)
+    # the preset on a CPU: dynamic sampling, rollouts from the bf16 copy (whose log-probs are compared every step)
+    logged = {k for m in metrics for k in m}
+    assert {"dynamic_sampling/extra_generations", "sampling/sampler_kl"} <= logged

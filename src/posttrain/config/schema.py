@@ -110,7 +110,8 @@ class HwConfig:
     # a bf16 rollout copy merging LoRA into bf16 weights drops the update's small entries); null: bfloat16
     bf16_param_dtype: str | None = MISSING
     per_device_batch_size: int | None = num(MISSING, gt=0)  # null: keep trainer.per_device_batch_size
-    # algo.generation.backend when training runs in bf16 and the command line left it (cpu: bf16_copy)
+    # algo.generation.backend when training runs in bf16, or on a CPU for a pretrained model, and the command line
+    # left it (cpu: bf16_copy)
     generation_backend: str | None = MISSING
     vllm_mode: str | None = MISSING  # null | colocate | server
     # share of device memory a colocated vLLM reserves (vLLM: (0, 1]); 0 on devices without vLLM
