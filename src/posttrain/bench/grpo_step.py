@@ -73,6 +73,8 @@ def overrides(args: argparse.Namespace) -> list[str]:
         "trainer.progress_bar=false",
         "trainer.save_steps=1000000000",  # no checkpoint inside the timed steps (the anchor saves none either)
         "data.heldout=0",
+        # one generation batch per step, as in TRL's step (the make-train preset refills a step up to twice)
+        "algo.dynamic_sampling.enabled=false",
     ]
     if args.seed is not None:
         out.append(f"seed={args.seed}")

@@ -20,7 +20,7 @@ What a profile decides and where it lands:
   set it (rounded up to a multiple of the algorithm's `batch_multiple`).
 - generation: `hw.generation_backend` for `algo.generation.backend` when training runs in bf16 (on a CPU also in
   fp32 for a pretrained model) and the command line left the backend alone (hw=cpu: `bf16_copy`, a bf16 copy of
-  the policy samples the rollouts; `GRPO.apply_hardware`).
+  the policy samples the rollouts; the algorithm's `apply_hardware`).
 - vLLM: `hw.vllm_mode` for `algo.generation.vllm_mode` unless the command line set it.
 - kernels: `hw.kernels` replaces the default `kernels=trl` unless the command line chose one (tpu: pallas).
 - the algorithm's own keys (e.g. a vLLM mode from `hw.vllm_mode`): `Algorithm.apply_hardware`.
