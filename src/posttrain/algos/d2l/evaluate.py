@@ -236,7 +236,8 @@ def evaluate_model(
     }
     all_lora = GeneratedLoRA.cat([model.internalize(docs[i : i + batch_size]) for i in range(0, len(docs), batch_size)])
     per: dict[str, dict[int, dict[str, Any]]] = {}
-    for cond in tqdm([c for c in wanted if c in tasks], desc="evaluating conditions", unit="condition", leave=False):
+    todo = [c for c in wanted if c in tasks]
+    for cond in tqdm(todo, desc="evaluating conditions", unit="condition", leave=False, disable=not todo):
         per[cond] = run_task(model, tasks[cond], all_lora, batch_size, max_new_tokens, generate)
     if generate and "d2l_other_entity" in per:
         for j, entry in per["d2l_other_entity"].items():
