@@ -30,6 +30,12 @@ OLD = "trainer.lr=5e-4"  # the preset's lr before this experiment: the single-ch
 # from it, so that today's preset (bf16 copy, dynamic sampling, 75 steps: the arm bf16_copy_dynamic_sampling_steps75)
 # does not change what an arm's name means.
 BASE = ["algo.generation.backend=hf", "algo.dynamic_sampling.enabled=false", "trainer.max_steps=60"]
+TODAY = [  # BASE turned back into today's preset
+    "algo.generation.backend=bf16_copy",
+    "algo.dynamic_sampling.enabled=true",
+    "algo.dynamic_sampling.max_rounds=2",
+    "trainer.max_steps=75",
+]
 ARMS: dict[str, list[str]] = {
     "preset": [],  # lr 2e-4 since this experiment (BASE: the make-train preset from 2026-11-25 to 2026-11-26)
     "lr5e-4": [OLD],  # the preset before it
@@ -67,12 +73,7 @@ ARMS: dict[str, list[str]] = {
     "lr3e-4_bf16_copy_steps90": ["trainer.lr=3e-4", "algo.generation.backend=bf16_copy", "trainer.max_steps=90"],
     # the bf16 copy's steps cost 2.7 s against 3.6 s at two threads: 150 steps fit make train's 10 minutes
     "bf16_copy_steps150": ["algo.generation.backend=bf16_copy", "trainer.max_steps=150"],
-    "bf16_copy_dynamic_sampling_steps75": [
-        "algo.generation.backend=bf16_copy",
-        "algo.dynamic_sampling.enabled=true",
-        "algo.dynamic_sampling.max_rounds=2",
-        "trainer.max_steps=75",
-    ],
+    "bf16_copy_dynamic_sampling_steps75": TODAY,  # the make-train preset since 2026-11-26
     # subtraction (a third of the held-out problems) stays at ~0.06: its groups are almost all zero-reward, so
     # nothing is learned from them; digit_match gives them partial credit (math stays the held-out score)
     "digits_bf16_copy_steps150": [DIGITS, "algo.generation.backend=bf16_copy", "trainer.max_steps=150"],
@@ -96,6 +97,9 @@ ARMS: dict[str, list[str]] = {
         "algo.dynamic_sampling.refill_groups=8",
         "algo.dynamic_sampling.max_rounds=2",
     ],
+    # today's preset sampling subtraction more widely: dynamic sampling keeps only the groups where one sample is right
+    "today_temp0.9": [*TODAY, "algo.generation.temperature=0.9"],
+    "today_temp1.0": [*TODAY, "algo.generation.temperature=1.0"],
 }
 
 
