@@ -23,6 +23,7 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
+from tqdm.auto import trange
 
 from posttrain.algos.d2l.batching import D2LCollator
 from posttrain.algos.d2l.encoder import backbone_of
@@ -68,8 +69,6 @@ def _fit(
     desc: str | None = None,
 ) -> None:
     """`steps` AdamW steps on `loss_of_step(step)`, lr cosine-annealed from `lr` to 0 (a progress bar with `desc`)."""
-    from tqdm.auto import trange
-
     optimizer = torch.optim.AdamW(params, lr=lr)
     schedule = torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, T_max=max(steps, 1), eta_min=0.0)
     with torch.enable_grad():

@@ -48,7 +48,8 @@ class GRPO(Algorithm):
         (hw=cpu: the bf16 rollout copy; h200: the static-cache copy), each unless the command line chose. The
         backend applies to bf16 training, and on a CPU also to fp32 training of a pretrained model: decoding
         there is bound by reading the weights, which the bf16 copy halves (experiments/grpo_objectives, a CPU
-        without AMX: 2.7 s against 3.6 s per `make train` step, the same held-out gain over 5 seeds); tiny
+        without AMX: 2.7 s against 3.6 s per `make train` step; over 5 seeds the copy, with the sampler
+        correction, gained what the policy did, and with dynamic sampling what dynamic sampling did); tiny
         random models keep sampling from the policy (their tests compare runs exactly). On a GPU a merged copy
         is a second set of weights, and it pays where decoding is bound by per-token launches, i.e. for small
         models: it applies only while the copy takes at most GPU_COPY_SHARE of the device (SmolLM2-135M and
@@ -59,8 +60,8 @@ class GRPO(Algorithm):
             if hw.vllm_mode and "algo.generation.vllm_mode" not in given and gen.vllm_mode != hw.vllm_mode:
                 gen.vllm_mode = applied["algo.generation.vllm_mode"] = hw.vllm_mode
             backend = hw.get("generation_backend")
-            cpu_fp32 = hw.device == "cpu" and not cfg.model.get("tiny", False)
-            wanted = backend and (hw.precision == "bf16" or cpu_fp32) and gen.backend == "hf"
+            cpu_pretrained = hw.device == "cpu" and not cfg.model.get("tiny", False)
+            wanted = backend and (hw.precision == "bf16" or cpu_pretrained) and gen.backend == "hf"
             if (
                 wanted
                 and "algo.generation.backend" not in given
