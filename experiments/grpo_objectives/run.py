@@ -100,6 +100,10 @@ ARMS: dict[str, list[str]] = {
     # today's preset sampling subtraction more widely: dynamic sampling keeps only the groups where one sample is right
     "today_temp0.9": [*TODAY, "algo.generation.temperature=0.9"],
     "today_temp1.0": [*TODAY, "algo.generation.temperature=1.0"],
+    # today's preset with 8 samples of one prompt per step instead of 4 of two (same step cost): more groups where a
+    # hard subtraction is solved once
+    "today_gen8": [*TODAY, "algo.num_generations=8"],
+    "today_lr3e-4": [*TODAY, "trainer.lr=3e-4"],
 }
 
 
