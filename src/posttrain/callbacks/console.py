@@ -157,8 +157,9 @@ class ConsoleCallback(TrainerCallback):
         elif any(k.startswith("eval_") for k in logs):
             shown = {k.removeprefix("eval_"): v for k, v in logs.items() if k.startswith("eval_")}
             keys = [k for k in self.spec.show if k in shown] or [k for k in ("loss",) if k in shown]
-            fields = [f"{self.spec.label(k)} {fmt(shown[k])}" for k in keys]
-            self._write("  ".join([f"eval at step {state.global_step}", *fields]))
+            if keys:  # (an evaluation's per-dataset logs may show nothing: their summary line follows)
+                fields = [f"{self.spec.label(k)} {fmt(shown[k])}" for k in keys]
+                self._write("  ".join([f"eval at step {state.global_step}", *fields]))
 
     def on_train_end(self, args, state, control, **kwargs):
         if self.bar is not None:

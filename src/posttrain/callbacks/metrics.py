@@ -1,6 +1,7 @@
-"""`metrics.jsonl`: one JSON object per logged step, written for every run whatever the logger.
+"""`metrics.jsonl`: one JSON object per logged step, written for every run whatever the logger; evaluations during
+training (HF's `eval_*` logs) go to `eval_metrics.jsonl` beside it, one object per log.
 
-On resume the file is cut back to the checkpoint's step, so the steps that are re-run are not logged twice.
+On resume both files are cut back to the checkpoint's step, so the steps that are re-run are not logged twice.
 """
 
 from __future__ import annotations
@@ -43,23 +44,28 @@ def summary_stats(metrics: list[dict[str, Any]], keys: Sequence[str]) -> dict[st
 
 
 class JsonlMetricsCallback(TrainerCallback):
-    """Append each `on_log` record (train logs only, merged per step) to `<run_dir>/metrics.jsonl`."""
+    """Append each `on_log` record to `<run_dir>/metrics.jsonl` (train logs) or `eval_metrics.jsonl` (eval logs)."""
 
     def __init__(self, path: str | Path, extra: dict[str, Any] | None = None):
         self.path = Path(path)
+        self.eval_path = self.path.with_name("eval_metrics.jsonl")
         self.extra = extra or {}
 
     def on_train_begin(self, args, state, control, **kwargs):
         if not state.is_world_process_zero:
             return
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        kept = [r for r in read_metrics(self.path) if r.get("step", 0) <= state.global_step]
-        self.path.write_text("".join(json.dumps(r) + "\n" for r in kept))
+        for path in (self.path, self.eval_path):
+            if path.is_file() or path == self.path:
+                kept = [r for r in read_metrics(path) if r.get("step", 0) <= state.global_step]
+                path.write_text("".join(json.dumps(r) + "\n" for r in kept))
 
     def on_log(self, args, state, control, logs=None, **kwargs):
-        if not state.is_world_process_zero or not logs:
+        if not state.is_world_process_zero or not logs or "train_runtime" in logs:
             return
-        if any(k.startswith("eval_") for k in logs) or "train_runtime" in logs:
+        if any(k.startswith("eval_") for k in logs):
+            with self.eval_path.open("a") as fh:
+                fh.write(json.dumps({"step": state.global_step, **{k: _clean(v) for k, v in logs.items()}}) + "\n")
             return
         record = {"step": state.global_step, **{k: _clean(v) for k, v in logs.items()}}
         for short, names in _ALIASES.items():

@@ -27,7 +27,15 @@ class D2L(Algorithm):
     name = "d2l"
     schema = D2LAlgoConfig
     console = {
-        "show": {"loss": "loss", "ce_loss": "ce", "kl_loss": "kl", "gen_lora_l1_norm": "|lora|"},
+        "show": {
+            "loss": "loss",
+            "ce_loss": "ce",
+            "kl_loss": "kl",
+            "gen_lora_l1_norm": "|lora|",
+            # the monitor's evaluations (algo.monitor_steps): other-document CE minus own-document CE
+            "heldout_gap": "held-out gap",
+            "train_gap": "train gap",
+        },
         "trend": ("loss", "ce_loss", "kl_loss", "gen_lora_l1_norm", "grad_norm"),
         "plots": {"loss.png": ("loss", "ce_loss", "kl_loss")},
     }

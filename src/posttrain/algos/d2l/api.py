@@ -55,8 +55,20 @@ def build_trainer(cfg: DictConfig, run_dir: Path, callbacks: list | None = None)
 
     algo = cfg.algo
     model = build_model(cfg)
-    train_records, _ = d2l_records(cfg.data, model.tokenizer)
+    train_records, held_out = d2l_records(cfg.data, model.tokenizer)
     rows = _featurized(cfg, model, train_records)
+    monitor: dict[str, Any] = {}
+    eval_dataset = None
+    if algo.monitor_steps:
+        from posttrain.algos.d2l.monitor import monitor_datasets
+
+        splits = {"heldout": (_featurized(cfg, model, held_out), held_out), "train": (rows, train_records)}
+        eval_dataset = monitor_datasets(splits, algo.monitor_docs)
+        monitor = {
+            "eval_strategy": "steps",
+            "eval_steps": algo.monitor_steps,
+            "per_device_eval_batch_size": algo.eval_batch_size,
+        }
     teacher = None
     if algo.kl_coef > 0:  # computed by the trainer once it has placed the model
         teacher = {
@@ -65,11 +77,12 @@ def build_trainer(cfg: DictConfig, run_dir: Path, callbacks: list | None = None)
             "cache_dir": Path(algo.kl_cache_dir) if algo.kl_cache_dir else Path(run_dir) / "cache",
             "key_parts": teacher_key_parts(cfg),
         }
-    args = TrainingArguments(**common_training_kwargs(cfg, run_dir), remove_unused_columns=False)
+    args = TrainingArguments(**common_training_kwargs(cfg, run_dir), remove_unused_columns=False, **monitor)
     return D2LTrainer(
         model=model,
         args=args,
         train_dataset=ListDataset(rows),
+        eval_dataset=eval_dataset,
         data_collator=D2LCollator(model.tokenizer.pad_token_id, teacher=algo.kl_coef > 0),
         callbacks=callbacks,
         ce_coef=algo.ce_coef,

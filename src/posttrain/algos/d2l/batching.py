@@ -47,7 +47,7 @@ class D2LCollator:
             "attention_mask": _mask([r["input_ids"] for r in rows]),
             "labels": _pad([r["labels"] for r in rows], IGNORE_INDEX),
         }
-        if self.teacher:
+        if self.teacher and "t_idx" in rows[0]:  # the monitor's rows (posttrain.algos.d2l.monitor) carry none
             batch["t_idx"] = torch.cat([torch.as_tensor(r["t_idx"]) for r in rows]).long()
             batch["t_logp"] = torch.cat([torch.as_tensor(r["t_logp"]) for r in rows]).float()
         return batch

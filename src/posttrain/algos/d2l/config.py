@@ -108,6 +108,11 @@ class D2LAlgoConfig:
     max_length: int = num(128, gt=0)  # question + answer tokens (student); the teacher adds the document
     max_new_tokens: int = num(12, gt=0)
     eval_at_end: bool = True  # held-out evaluation after training (summary.json["eval"])
+    # Every monitor_steps steps (0: never): the answer CE of the first monitor_docs held-out and training documents'
+    # questions with their own document's LoRA and with another's, and the gap (posttrain.algos.d2l.monitor): a gap
+    # on training documents with none on held-out ones is memorisation
+    monitor_steps: int = num(0, ge=0)
+    monitor_docs: int = num(16, ge=2)
     eval_batch_size: int = num(16, gt=0)
     # Which EVAL_CONDITIONS to evaluate; null: every one that applies (format_lora and cd when their steps are set,
     # d2l_other_entity when the questions have kinds).
@@ -202,6 +207,11 @@ def validate_d2l(cfg: DictConfig) -> None:
             f"got data={cfg.data.name}"
         )
     _check_eval(cfg)
+    if algo.monitor_steps and min(int(cfg.data.num_eval or 0), int(cfg.data.num_train or 0)) < 2:
+        raise ConfigError(
+            f"algo.monitor_steps={algo.monitor_steps} compares a document's LoRA with another's: it needs "
+            f"data.num_train and data.num_eval >= 2 (got {cfg.data.num_train} and {cfg.data.num_eval})"
+        )
 
 
 def context_window(cfg: DictConfig) -> int:

@@ -10,15 +10,21 @@
    rows *after* HF has placed the model (`Trainer.__init__` moves it to `args.device`), so the teacher computes
    on the device, in the dtype and under the autocast that training uses; the main process computes and saves
    it, the others load it.
+4. `prediction_step` / `evaluate`: the document-dependence monitor (`posttrain.algos.d2l.monitor`, with
+   `algo.monitor_steps`): HF's evaluation loop over the monitor's datasets, answer CE only (the held-out rows have no
+   teacher), then the own-vs-other-document gaps logged beside HF's per-dataset losses.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+import torch
+import torch.nn.functional as F
 from transformers import Trainer
 
-from posttrain.algos.d2l.loss import d2l_loss
+from posttrain.algos.d2l.loss import answer_logits, d2l_loss
+from posttrain.algos.d2l.monitor import gaps
 from posttrain.callbacks.loss_terms import LossTermsMixin
 from posttrain.checkpoints import AtomicCheckpointMixin
 from posttrain.guards import check_finite_loss
@@ -49,6 +55,21 @@ class D2LTrainer(LossTermsMixin, AtomicCheckpointMixin, Trainer):
         check_finite_loss(loss, self.state.global_step + 1)
         self.record_terms(stats)
         return (loss, None) if return_outputs else loss
+
+    def prediction_step(self, model, inputs, prediction_loss_only, ignore_keys=None):
+        inputs = self._prepare_inputs(inputs)
+        with torch.no_grad(), self.compute_loss_context_manager():
+            logits, targets, _ = answer_logits(model, inputs)
+            loss = F.cross_entropy(logits.float(), targets)
+        return loss.detach(), None, None
+
+    def evaluate(self, eval_dataset=None, ignore_keys=None, metric_key_prefix: str = "eval") -> dict[str, float]:
+        metrics = super().evaluate(eval_dataset, ignore_keys, metric_key_prefix)
+        extra = gaps(metrics, metric_key_prefix)  # empty in HF's inner call per dataset
+        if extra:
+            metrics.update(extra)
+            self.log({k: v for k, v in metrics.items() if k.endswith(("_loss", "_gap"))})
+        return metrics
 
     def _save(self, output_dir: str | None = None, state_dict=None) -> None:
         self.accelerator.unwrap_model(self.model).save_hypernet(output_dir or self.args.output_dir)
