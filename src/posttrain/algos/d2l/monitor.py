@@ -1,6 +1,7 @@
 """Does the generated LoRA carry the document? D2L's monitor during training (`algo.monitor_steps`).
 
-Every `monitor_steps` steps the trainer evaluates the answer CE (nats per answer token) of the questions of the first
+Every `monitor_steps` steps the trainer evaluates the answer CE (nats per answer token: each eval batch's token mean,
+averaged over the rows by HF's loop; one batch: the token mean) of the questions of the first
 `monitor_docs` held-out and training documents twice: with the LoRA generated from the question's own document and
 with the one generated from the next document (the `d2l_other_doc` pairing of the final evaluation). The logged
 `eval_<split>_gap` is the second minus the first: how much the document helps. A hypernet that writes one
