@@ -38,6 +38,7 @@ from posttrain.algos.d2l.baselines import distilled_lora, format_lora, lm_answer
 from posttrain.algos.d2l.batching import view_batch
 from posttrain.algos.d2l.config import EVAL_CONDITIONS
 from posttrain.algos.d2l.lora import GeneratedLoRA
+from posttrain.algos.d2l.monitor import document_index
 from posttrain.algos.d2l.scoring import best_over, contains_answer, score
 from posttrain.analysis.stats import bootstrap_ci
 from posttrain.data.d2l import featurize, in_context_prompt, in_context_view, visible_document, window_document
@@ -70,12 +71,6 @@ def answer_nll(model: Any, batch: dict[str, torch.Tensor], lora: GeneratedLoRA |
     sums = torch.zeros(n, device=nll.device).index_add_(0, rows, nll)
     counts = torch.zeros(n, dtype=torch.long, device=rows.device).index_add_(0, rows, torch.ones_like(rows))
     return sums.tolist(), counts.tolist()
-
-
-def _docs(records: list[dict[str, Any]]) -> tuple[list[str], list[int]]:
-    docs: dict[str, int] = {}
-    index = [docs.setdefault(r["document"], len(docs)) for r in records]
-    return list(docs), index
 
 
 def golds(record: dict[str, Any]) -> list[str]:
@@ -189,7 +184,7 @@ def evaluate_model(
     was_training = model.training
     model.train(False)
     tok = model.tokenizer
-    docs, doc_index = _docs(records)
+    docs, doc_index = document_index(records)
     if len(docs) < 2:
         raise ValueError("evaluation needs at least two held-out documents (the other-document control)")
     positions = int(model.base.config.max_position_embeddings)

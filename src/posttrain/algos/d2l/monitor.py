@@ -20,19 +20,20 @@ KEYS = ("ctx_ids", "ctx_chunks", "input_ids", "labels")
 SPLITS = ("heldout", "train")
 
 
+def document_index(records: list[dict[str, Any]]) -> tuple[list[str], list[int]]:
+    """(the distinct documents in first-seen order, each record's position among them)."""
+    docs: dict[str, int] = {}
+    index = [docs.setdefault(r["document"], len(docs)) for r in records]
+    return list(docs), index
+
+
 def _first_docs(
     rows: list[dict[str, Any]], records: list[dict[str, Any]], n_docs: int
 ) -> tuple[list[dict[str, Any]], list[int]]:
     """(rows, document index) of the questions of the first `n_docs` documents, in record order."""
-    docs: dict[str, int] = {}
-    out: list[dict[str, Any]] = []
-    index: list[int] = []
-    for row, rec in zip(rows, records, strict=True):
-        d = docs.setdefault(rec["document"], len(docs))
-        if d < n_docs:
-            out.append({k: row[k] for k in KEYS if k in row})
-            index.append(d)
-    return out, index
+    _, index = document_index(records)
+    keep = [j for j, d in enumerate(index) if d < n_docs]
+    return [{k: rows[j][k] for k in KEYS if k in rows[j]} for j in keep], [index[j] for j in keep]
 
 
 def swap_documents(rows: list[dict[str, Any]], doc_index: list[int]) -> list[dict[str, Any]]:
