@@ -109,7 +109,11 @@ ARMS: dict[str, list[str]] = {
 
 def base_arm(arm: str) -> str:
     """The arm an arm's paired difference is taken against: the preset its single change was made on."""
-    return "lr5e-4" if OLD in ARMS.get(arm, []) and arm != "lr5e-4" else "preset"
+    own = ARMS.get(arm, [])
+    if OLD in own and arm != "lr5e-4":
+        return "lr5e-4"
+    today = "bf16_copy_dynamic_sampling_steps75"
+    return today if own[: len(TODAY)] == TODAY and arm != today else "preset"
 
 
 def overrides(arm: str) -> list[str]:
