@@ -83,7 +83,7 @@ def test_algo_fields_carry_trls_names_and_defaults(tmp_path):
     "overrides, needle",
     [
         (["kernels=liger", "algo.kl.estimator=k2"], "kernels=liger: algo.kl.estimator=k2"),
-        (["kernels=trl", "algo.kl.estimator=k1"], "TRL's loss only has k3"),
+        (["kernels=trl", "hw.kernels=null", "algo.kl.estimator=k1"], "TRL's loss only has k3"),
         (["kernels=liger", "algo.top_entropy_quantile=0.2"], "Liger takes no"),
         (["kernels=liger", "algo.loss_type=sapo", "algo.importance_sampling_level=sequence"], "sequence"),
         (["kernels=liger", "algo.loss_type=luspo"], "loss_type=luspo"),
@@ -107,6 +107,32 @@ def test_what_cannot_run_is_one_line(overrides, needle):
     with pytest.raises(ConfigError) as err:
         load_config(overrides)
     assert needle in str(err.value) and "\n" not in str(err.value), str(err.value)
+
+
+@pytest.mark.parametrize(
+    "overrides, kernel",
+    [
+        ([], "fused"),  # hw=cpu's kernel
+        (["algo.kl.estimator=k1", "algo.beta=0.01"], "fused"),  # TRL's loss lacks k1: validation leaves it to hw
+        (["algo.use_adaptive_entropy=true"], "trl"),  # fused has no entropy gradient: TRL's own loss path
+        (["algo.entropy_coef=0.01", "algo.kl.estimator=k1", "algo.beta=0.01"], "eager"),  # neither trl nor fused
+    ],
+)
+def test_the_profiles_kernel_gives_way_to_one_that_computes_the_loss(overrides, kernel):
+    from posttrain.hardware import apply_profile
+
+    cfg = load_config(overrides)
+    assert cfg.hw.kernels == "fused" and cfg.kernels.backend == "trl"
+    apply_profile(cfg, overrides=set())
+    assert cfg.kernels.backend == kernel
+
+
+def test_a_kernel_chosen_on_the_command_line_is_kept_or_refused():
+    from posttrain.hardware import apply_profile
+
+    cfg = load_config(["kernels=trl", "algo.kl.estimator=k1", "algo.beta=0.01"])  # hw=cpu would pick fused
+    with pytest.raises(ConfigError, match=r"^kernels=trl: algo\.kl\.estimator=k1 needs a posttrain kernel"):
+        apply_profile(cfg, overrides={"kernels"})
 
 
 def test_what_can_run_composes():

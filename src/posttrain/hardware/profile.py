@@ -22,7 +22,8 @@ What a profile decides and where it lands:
   fp32 for a pretrained model) and the command line left the backend alone (hw=cpu: `bf16_copy`, a bf16 copy of
   the policy samples the rollouts; the algorithm's `apply_hardware`).
 - vLLM: `hw.vllm_mode` for `algo.generation.vllm_mode` unless the command line set it.
-- kernels: `hw.kernels` replaces the default `kernels=trl` unless the command line chose one (tpu: pallas).
+- kernels: `hw.kernels` replaces the default `kernels=trl` unless the command line chose one (tpu: pallas); the
+  algorithm's `apply_hardware` swaps it for a kernel that can when it cannot compute the configured loss.
 - the algorithm's own keys (e.g. a vLLM mode from `hw.vllm_mode`): `Algorithm.apply_hardware`.
 - more than one device: `posttrain.launch.launch_hint(cfg)` is the `python -m posttrain.launch ...` line
   (accelerate with conf/accelerate/<hw.accelerate_config>.yaml); the plan shards state (`posttrain.hardware.sharding`).

@@ -15,7 +15,7 @@ from typing import Any
 from omegaconf import DictConfig, open_dict
 
 from posttrain.algos.base import Algorithm, Workload
-from posttrain.algos.grpo.config import GRPOAlgoConfig, validate_grpo
+from posttrain.algos.grpo.config import GRPOAlgoConfig, check_kernel, kernel_refusal, validate_grpo
 
 GPU_COPY_SHARE = 0.05  # of hw.device_gib: the largest rollout copy a GPU profile's generation backend makes
 
@@ -44,7 +44,8 @@ class GRPO(Algorithm):
         return int(cfg.algo.num_generations)  # whole groups per generation batch
 
     def apply_hardware(self, cfg: DictConfig, given: set[str]) -> dict[str, Any]:
-        """The profile's vLLM mode (colocate on one big device, server otherwise) and its generation backend
+        """The profile's kernel unless it cannot compute this config's loss (then TRL's own path, else the first
+        backend that can), its vLLM mode (colocate on one big device, server otherwise) and its generation backend
         (hw=cpu: the bf16 rollout copy; h200: the static-cache copy), each unless the command line chose. The
         backend applies to bf16 training, and on a CPU also to fp32 training of a pretrained model: decoding
         there is bound by reading the weights, which the bf16 copy halves (experiments/grpo_objectives, a CPU
@@ -57,6 +58,15 @@ class GRPO(Algorithm):
         hw, gen = cfg.hw, cfg.algo.generation
         applied: dict[str, Any] = {}
         with open_dict(cfg):
+            if not {"kernels", "kernels.backend"} & given and kernel_refusal(cfg, cfg.kernels.backend):
+                # the profile's kernel (hw.kernels) is only a speed default: TRL's loss path, else the first
+                # posttrain backend that computes this loss
+                from posttrain.kernels.registry import BACKENDS, TRL, available
+
+                able = [b for b in (TRL, *BACKENDS) if not kernel_refusal(cfg, b) and (b == TRL or available(b)[0])]
+                if able:
+                    cfg.kernels.backend = applied["kernels.backend"] = able[0]
+            check_kernel(cfg)
             if hw.vllm_mode and "algo.generation.vllm_mode" not in given and gen.vllm_mode != hw.vllm_mode:
                 gen.vllm_mode = applied["algo.generation.vllm_mode"] = hw.vllm_mode
             backend = hw.get("generation_backend")

@@ -14,6 +14,7 @@ from posttrain.kernels.registry import (
     KL_ESTIMATORS,
     LOSS_TYPES,
     SAMPLING_IS_MODES,
+    TRL,
     refusal,
 )
 from posttrain.rollout import BACKENDS as ROLLOUT_BACKENDS
@@ -162,13 +163,12 @@ def validate_grpo(cfg: DictConfig) -> None:
     _validate_loss_knobs(cfg)
 
 
-def _validate_loss_knobs(cfg: DictConfig) -> None:
-    """What the kernel backend cannot compute (`registry.refusal`), and TRL's own rules for its knobs (which TRL
-    would raise only when the trainer is built, after the model loaded)."""
+def kernel_refusal(cfg: DictConfig, backend: str) -> str | None:
+    """Why kernel `backend` cannot compute this config's GRPO loss (None if it can): `registry.refusal` on its knobs."""
     algo = cfg.algo
     vllm_is = algo.generation.backend == "vllm" and algo.vllm_importance_sampling_correction
-    why = refusal(
-        cfg.kernels.backend,
+    return refusal(
+        backend,
         loss_type=algo.loss_type,
         importance_sampling_level=algo.importance_sampling_level,
         beta=algo.beta,
@@ -178,8 +178,22 @@ def _validate_loss_knobs(cfg: DictConfig) -> None:
         entropy_bonus=algo.entropy_coef != 0 or algo.use_adaptive_entropy,
         token_is_ratio=vllm_is and algo.vllm_importance_sampling_mode.startswith("token"),
     )
+
+
+def check_kernel(cfg: DictConfig) -> None:
+    """ConfigError in one line when `cfg.kernels.backend` cannot compute this config's loss."""
+    why = kernel_refusal(cfg, cfg.kernels.backend)
     if why:
         raise ConfigError(f"kernels={cfg.kernels.backend}: {why}")
+
+
+def _validate_loss_knobs(cfg: DictConfig) -> None:
+    """What the kernel backend cannot compute (`registry.refusal`), and TRL's own rules for its knobs (which TRL
+    would raise only when the trainer is built, after the model loaded)."""
+    algo = cfg.algo
+    vllm_is = algo.generation.backend == "vllm" and algo.vllm_importance_sampling_correction
+    if cfg.kernels.backend != TRL or not cfg.hw.get("kernels"):
+        check_kernel(cfg)  # else the hw profile picks the kernel: GRPO.apply_hardware checks its choice
     if algo.entropy_coef_min > algo.entropy_coef_max:
         raise ConfigError(
             f"algo.entropy_coef_min={algo.entropy_coef_min} must be <= algo.entropy_coef_max={algo.entropy_coef_max}"
