@@ -1,5 +1,5 @@
-"""Table and plot of issue 25's arms: held-out accuracy gain per seed, mean with a 95% CI over seeds, and the
-paired difference from the preset on the same seeds.
+"""Table and plot of issue 25's arms: held-out accuracy gain per seed, mean with a 95% CI over seeds, the paired
+difference from the preset on the same seeds, and the accuracy after training on addition and on subtraction.
 
     python experiments/grpo_objectives/report.py [--arms a,b,...] [--plot experiments/grpo_objectives/gains.png]
 
@@ -31,6 +31,18 @@ def load() -> dict[str, dict[int, dict]]:
     return runs
 
 
+def by_operation(arm: str, seeds: list[int]) -> dict[str, float]:
+    """Held-out accuracy after training per operation ("+", "-"), over the seeds' heldout_after.jsonl."""
+    right: dict[str, list[float]] = {"+": [], "-": []}
+    for seed in seeds:
+        path = RESULTS / arm / f"seed{seed}" / "heldout_after.jsonl"
+        for row in map(json.loads, path.read_text().splitlines() if path.exists() else []):
+            question = row["prompt"][-1]["content"]
+            op = "-" if " - " in question else "+"
+            right[op].append(float(row["correct"]))
+    return {op: statistics.fmean(v) if v else math.nan for op, v in right.items()}
+
+
 def ci(values: list[float]) -> tuple[float, float, float]:
     mean = statistics.fmean(values)
     if len(values) < 2:
@@ -50,8 +62,11 @@ def main() -> None:
         arm: {s: r["heldout_acc_after"] - r["heldout_acc_before"] for s, r in sorted(runs.get(arm, {}).items())}
         for arm in arms
     }
-    print("| arm | seeds | after (mean) | gain mean [95% CI] | min gain | vs its base, paired [95% CI] | s per run |")
-    print("|---|---|---|---|---|---|---|")
+    print(
+        "| arm | seeds | after (mean) | after: + / - | gain mean [95% CI] | min gain | vs its base, paired [95% CI] "
+        "| s per run |"
+    )
+    print("|---|---|---|---|---|---|---|---|")
     for arm in arms:
         g = gains[arm]
         if not g:
@@ -69,8 +84,10 @@ def main() -> None:
             paired = f"{d:+.3f} [{dlo:+.3f}, {dhi:+.3f}] vs {base_name} (n={len(shared)})"
         runtime = statistics.fmean(runs[arm][s]["runtime_s"] for s in g)
         seeds_ = ",".join(str(s) for s in g)
+        ops = by_operation(arm, list(g))
         print(
-            f"| {arm} | {seeds_} | {after:.3f} | {mean:+.3f} [{lo:+.3f}, {hi:+.3f}] | {min(g.values()):+.3f} | "
+            f"| {arm} | {seeds_} | {after:.3f} | {ops['+']:.2f} / {ops['-']:.2f} | "
+            f"{mean:+.3f} [{lo:+.3f}, {hi:+.3f}] | {min(g.values()):+.3f} | "
             f"{paired} | {runtime:.0f} |"
         )
     import matplotlib

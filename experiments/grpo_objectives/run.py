@@ -104,6 +104,19 @@ ARMS: dict[str, list[str]] = {
     # hard subtraction is solved once
     "today_gen8": [*TODAY, "algo.num_generations=8"],
     "today_lr3e-4": [*TODAY, "trainer.lr=3e-4"],
+    # the policy's entropy falls from 0.99 to 0.1-0.2 by step 50, after which most groups agree (no gradient): keep
+    # it up with Skywork-OR1's adaptive entropy bonus, or take larger steps early and small ones late
+    "today_entropy0.3": [*TODAY, "algo.use_adaptive_entropy=true", "algo.entropy_target=0.3"],
+    "today_cosine_lr4e-4": [*TODAY, "trainer.lr=4e-4", "trainer.lr_scheduler=cosine", "trainer.warmup_steps=5"],
+    "today_cosine_lr6e-4": [*TODAY, "trainer.lr=6e-4", "trainer.lr_scheduler=cosine", "trainer.warmup_steps=5"],
+    # make train's 10 minutes leave ~2 minutes after today's preset on the 2-core CPU: ~25 more steps at 2 threads
+    "today_cosine_lr4e-4_steps95": [
+        *TODAY[:-1],
+        "trainer.max_steps=95",
+        "trainer.lr=4e-4",
+        "trainer.lr_scheduler=cosine",
+        "trainer.warmup_steps=5",
+    ],
 }
 
 
@@ -113,7 +126,8 @@ def base_arm(arm: str) -> str:
     if OLD in own and arm != "lr5e-4":
         return "lr5e-4"
     today = "bf16_copy_dynamic_sampling_steps75"
-    return today if own[: len(TODAY)] == TODAY and arm != today else "preset"
+    on_today = own[: len(TODAY) - 1] == TODAY[:-1]  # today's rollout options, its 75 steps or another count
+    return today if on_today and arm != today else "preset"
 
 
 def overrides(arm: str) -> list[str]:

@@ -23,6 +23,9 @@ def test_arms_pair_with_the_preset_they_changed():
     run = _module("run")
     assert run.ARMS["preset"] == [] and run.base_arm("dapo") == "lr5e-4" and run.base_arm("lr5e-4") == "preset"
     assert run.base_arm("lr2e-4_dynamic_sampling") == "preset"
+    today = "bf16_copy_dynamic_sampling_steps75"
+    assert run.base_arm("today_lr3e-4") == today and run.base_arm("today_cosine_lr4e-4_steps95") == today
+    assert run.base_arm(today) == "preset"
     assert run.seeds("0-2,4") == [0, 1, 2, 4]
 
 
@@ -35,6 +38,16 @@ def test_report_table(tmp_path, monkeypatch, capsys):
             folder.mkdir(parents=True)
             summary = {"heldout_acc_before": 0.1, "heldout_acc_after": acc, "runtime_s": 100.0 + seed}
             (folder / "summary.json").write_text(json.dumps(summary))
+    answers = [
+        ("What is 12 + 30? Answer with just the number.", 1.0),
+        ("What is 40 - 12? Answer with just the number.", 0.0),
+    ]
+    for seed, correct in ((0, (1.0, 0.0)), (1, (0.0, 1.0))):  # preset, + right on seed 0 and - right on seed 1
+        rows = [{"prompt": [{"role": "user", "content": q}], "correct": c} for (q, _), c in zip(answers, correct)]
+        rows.append(
+            {"prompt": [{"role": "user", "content": "What is 50 + 1? Answer with just the number."}], "correct": 1.0}
+        )
+        (tmp_path / "preset" / f"seed{seed}" / "heldout_after.jsonl").write_text("\n".join(map(json.dumps, rows)))
     monkeypatch.setattr(report, "RESULTS", tmp_path)
     monkeypatch.setattr(sys, "argv", ["report.py", "--plot", str(tmp_path / "gains.png")])
     report.main()
@@ -43,8 +56,10 @@ def test_report_table(tmp_path, monkeypatch, capsys):
     # the preset's gains 0.3, 0.4, 0.35: sd 0.05, half-width t(0.975, 2) * sd / sqrt(3)
     assert mean == pytest.approx(0.35) and hi - mean == pytest.approx(4.302653 * 0.05 / math.sqrt(3), rel=1e-5)
     assert lo == pytest.approx(2 * mean - hi)
-    assert rows["preset"][1] == "0,1,2" and rows["preset"][3].startswith("+0.350 [")
+    assert rows["preset"][1] == "0,1,2" and rows["preset"][4].startswith("+0.350 [")
+    # addition: 3 right of 4 answers over seeds 0-1 (seed 2 wrote none); subtraction: 1 of 2
+    assert rows["preset"][3] == "0.75 / 0.50" and rows["dapo"][3] == "nan / nan"
     # dapo pairs with lr5e-4 on seeds 0-1: (0.1 - 0.2, 0.2 - 0.0) -> mean +0.050
-    assert rows["dapo"][5].startswith("+0.050 [") and rows["dapo"][5].endswith("vs lr5e-4 (n=2)")
-    assert rows["lr5e-4"][5].endswith("vs preset (n=3)") and rows["lr5e-4"][4] == "+0.000"
+    assert rows["dapo"][6].startswith("+0.050 [") and rows["dapo"][6].endswith("vs lr5e-4 (n=2)")
+    assert rows["lr5e-4"][6].endswith("vs preset (n=3)") and rows["lr5e-4"][5] == "+0.000"
     assert (tmp_path / "gains.png").stat().st_size > 0
