@@ -50,6 +50,25 @@ def test_operand_ranges_operations_and_answers():
     assert any(int(r["answer"]) < 0 for r in negatives)
 
 
+def test_train_op_share_sets_the_training_mix_and_leaves_the_heldout_pool(compose):
+    def subtractions(ds):
+        return sum(" - " in row["prompt"][0]["content"] for row in ds)
+
+    natural = generate_addition(3000, seed=0)
+    assert 950 <= subtractions(natural) <= 1050  # 4,095 of 12,195 problems: a third
+    half = generate_addition(3000, seed=0, train_op_share=[0.5, 0.5])
+    assert subtractions(half) == 1500 and len(_problems(half)) == 3000  # without replacement within each op
+    assert subtractions(generate_addition(3001, seed=0, train_op_share=[0.33, 0.67])) == 2011
+    test = generate_addition(200, split="test")
+    assert generate_addition(200, split="test", train_op_share=[0.5, 0.5])["prompt"] == test["prompt"]
+    assert not _problems(half) & _problems(generate_addition(500, split="test"))
+    with pytest.raises(ValueError, match="one share >= 0 per op"):
+        generate_addition(10, train_op_share=[0.6, 0.6])
+    cfg = compose("data=add", "++data.params.train_op_share=[1.0]")
+    with pytest.raises(DataError, match=r"train_op_share \[1.0\]"):
+        build_grpo_dataset(cfg.data, build_byte_tokenizer("llama", "llama3.jinja"), 256)
+
+
 def test_too_small_a_space_is_a_data_error(compose):
     cfg = compose("data=add", "data.params.max_value=12", "data.params.min_value=10")  # 3*3 + 6 problems
     with pytest.raises(DataError, match="heldout_size=500 leaves no training problems"):

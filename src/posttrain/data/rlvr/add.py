@@ -3,8 +3,10 @@
 "What is 47 + 38? Answer with just the number." Every problem ``(a, op, b)`` with ``min_value <= a, b <=
 max_value`` (and ``a >= b`` for subtraction when ``nonnegative``) is enumerated and shuffled with a fixed
 ``split_seed``; the first ``heldout_size`` form the held-out pool (``split="test"`` returns its first ``n``, the
-same problems whatever ``seed``), and training samples (``seed``) come only from the rest. The ``answer`` column
-is exact, for ``posttrain.rewards.math``.
+same problems whatever ``seed``), and training samples (``seed``) come only from the rest. ``train_op_share``
+(one share per op of ``ops``, e.g. ``[0.5, 0.5]``) sets each operation's share of the training samples (by default
+each problem is equally likely: two-digit subtraction with ``a >= b`` is a third); the held-out pool keeps its mix. The
+``answer`` column is exact, for ``posttrain.rewards.math``.
 """
 
 from __future__ import annotations
@@ -50,6 +52,7 @@ def generate_addition(
     split_seed: int = 1234,
     template: str = DEFAULT_TEMPLATE,
     chat: bool = True,
+    train_op_share: list[float] | tuple[float, ...] | None = None,
 ) -> Dataset:
     """``n`` problems of ``split`` (train: sampled with ``seed`` outside the held-out pool; test: the pool's first
     ``n``). Columns: ``prompt`` (user conversation when ``chat``), ``answer`` (str)."""
@@ -64,9 +67,29 @@ def generate_addition(
         rows = heldout[:n]
     elif split == "train":
         rng = random.Random(seed)
-        rows = rng.sample(train, n) if n <= len(train) else [rng.choice(train) for _ in range(n)]
+        if train_op_share:
+            rows = _sample_by_op(train, n, tuple(ops), list(train_op_share), rng)
+        else:
+            rows = rng.sample(train, n) if n <= len(train) else [rng.choice(train) for _ in range(n)]
     else:
         raise ValueError(f"split={split!r} is not train or test")
     prompts = [as_prompt(template.format(a=a, op=op, b=b), chat) for a, op, b in rows]
     answers = [str(_OPS[op](a, b)) for a, op, b in rows]
     return Dataset.from_dict({"prompt": prompts, "answer": answers}, features=math_features(chat))
+
+
+def _sample_by_op(
+    problems: list[tuple[int, str, int]], n: int, ops: tuple[str, ...], share: list[float], rng: random.Random
+) -> list[tuple[int, str, int]]:
+    """`n` problems in which op `ops[i]` makes up `share[i]`, without replacement within an op while it lasts
+    (then with); the order is shuffled."""
+    if len(share) != len(ops) or any(v < 0 for v in share) or abs(sum(share) - 1) > 1e-6:
+        raise ValueError(f"train_op_share {list(share)}: one share >= 0 per op of {list(ops)}, summing to 1")
+    counts = [round(n * v) for v in share]
+    counts[max(range(len(ops)), key=lambda i: share[i])] += n - sum(counts)
+    rows: list[tuple[int, str, int]] = []
+    for op, count in zip(ops, counts, strict=True):
+        pool = [p for p in problems if p[1] == op]
+        rows += rng.sample(pool, count) if count <= len(pool) else [rng.choice(pool) for _ in range(count)]
+    rng.shuffle(rows)
+    return rows
