@@ -167,7 +167,7 @@ CASES: list[Case] = [
     Case(
         "kl_estimator_trl",
         "KL estimator TRL's loss lacks",
-        ("algo.kl.estimator=k2",),
+        ("kernels=trl", "algo.kl.estimator=k2"),  # without kernels=trl, hw=cpu's fused kernel computes it
         r"algo\.kl\.estimator=k2 needs a posttrain kernel",
     ),
     Case(
