@@ -112,10 +112,10 @@ ARMS: dict[str, list[str]] = {
     # each rollout batch taken for two optimizer steps (TRL's num_iterations; max_steps counts optimizer steps): 60
     # rollouts and 120 updates at about today's cost, the clip now binding on the second pass
     "today_iter2_steps120": [*TODAY[:-1], "trainer.max_steps=120", "algo.num_iterations=2"],
-    # make train's 10 minutes leave ~2 minutes after today's preset on the 2-core CPU: ~25 more steps at 2 threads
     # more subtraction among the training prompts (a third by default; the held-out mix is unchanged)
     "today_sub0.5": [*TODAY, "++data.params.train_op_share=[0.5,0.5]"],
     "today_sub0.67": [*TODAY, "++data.params.train_op_share=[0.33,0.67]"],
+    # make train's 10 minutes leave ~2 minutes after today's preset on the 2-core CPU: ~25 more steps at 2 threads
     "today_steps95": [*TODAY[:-1], "trainer.max_steps=95"],  # the steps without the schedule
     "today_cosine_lr4e-4_steps95": [
         *TODAY[:-1],

@@ -70,12 +70,17 @@ def generate_addition(
         if train_op_share:
             rows = _sample_by_op(train, n, tuple(ops), list(train_op_share), rng)
         else:
-            rows = rng.sample(train, n) if n <= len(train) else [rng.choice(train) for _ in range(n)]
+            rows = _draw(train, n, rng)
     else:
         raise ValueError(f"split={split!r} is not train or test")
     prompts = [as_prompt(template.format(a=a, op=op, b=b), chat) for a, op, b in rows]
     answers = [str(_OPS[op](a, b)) for a, op, b in rows]
     return Dataset.from_dict({"prompt": prompts, "answer": answers}, features=math_features(chat))
+
+
+def _draw(pool: list[tuple[int, str, int]], n: int, rng: random.Random) -> list[tuple[int, str, int]]:
+    """`n` of `pool`: without replacement while the pool lasts, else with."""
+    return rng.sample(pool, n) if n <= len(pool) else [rng.choice(pool) for _ in range(n)]
 
 
 def _sample_by_op(
@@ -89,7 +94,6 @@ def _sample_by_op(
     counts[max(range(len(ops)), key=lambda i: share[i])] += n - sum(counts)
     rows: list[tuple[int, str, int]] = []
     for op, count in zip(ops, counts, strict=True):
-        pool = [p for p in problems if p[1] == op]
-        rows += rng.sample(pool, count) if count <= len(pool) else [rng.choice(pool) for _ in range(count)]
+        rows += _draw([p for p in problems if p[1] == op], count, rng)
     rng.shuffle(rows)
     return rows
