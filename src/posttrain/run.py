@@ -17,6 +17,7 @@ from posttrain.algos.base import Algorithm
 from posttrain.algos.registry import get_algorithm
 from posttrain.callbacks import JsonlMetricsCallback, read_metrics, summary_stats
 from posttrain.callbacks.console import ConsoleSpec, finish_run, use_console
+from posttrain.callbacks.time_limit import WallClockLimit
 from posttrain.checkpoints import check_run_identity, eval_checkpoint, identity, resolve_resume
 from posttrain.config.auto_hw import resolve_auto_hw
 from posttrain.config.validate import ConfigError, validate
@@ -64,13 +65,17 @@ def train(cfg: DictConfig, run_dir: Path, callbacks: list | None = None, resume:
     transformers.set_seed(cfg.seed)
     metrics_path = run_dir / "metrics.jsonl"
     start = time.time()
-    trainer = algorithm.build_trainer(cfg, run_dir, [JsonlMetricsCallback(metrics_path), *(callbacks or [])])
+    callbacks = [JsonlMetricsCallback(metrics_path), *(callbacks or [])]
+    limit = WallClockLimit(cfg.trainer.max_time_s) if cfg.trainer.get("max_time_s") else None
+    trainer = algorithm.build_trainer(cfg, run_dir, [*callbacks, *([limit] if limit else [])])
     use_console(trainer, algorithm.console)  # one bar + compact lines instead of HF's printed dicts
     trainer.train(resume_from_checkpoint=resume)
     if not is_main_process():  # metrics and summary are rank 0's
         return {}
     summary = _summary(algorithm, read_metrics(metrics_path), time.time() - start)
     summary["world_size"] = world_size()
+    if limit is not None and limit.stopped_at is not None:
+        summary["stopped_by_max_time_s"] = limit.stopped_at
     summary.update(algorithm.summarize(cfg, trainer, run_dir))
     return summary
 

@@ -131,3 +131,16 @@ def test_bad_facts_and_evaluation_settings_fail_at_compose(overrides, needle):
     with pytest.raises(ConfigError) as err:
         load_config(["algo=d2l", "data=d2l_facts", *overrides])
     assert needle in str(err.value) and "\n" not in str(err.value)
+
+
+def test_featurize_all_in_workers_equals_one_process(tokenizer, monkeypatch):
+    """Many records are featurized in worker processes (datasets.map): the same rows, in the same order."""
+    import posttrain.data.d2l as d2l_data
+    from posttrain.data.d2l import featurize, featurize_all
+
+    records = fact_qa(6, seed=3, held_out=False, tokenizer=tokenizer, num_facts=3, single_hop=2, two_hop=1,
+                      train_doc_tokens=400)  # fmt: skip
+    monkeypatch.setattr(d2l_data, "PARALLEL_MIN_RECORDS", 2)
+    rows = featurize_all(records, tokenizer, 256, 128, max_chunks=4, num_proc=2)
+    assert rows == [featurize(r, tokenizer, 256, 128, max_chunks=4) for r in records]
+    assert max(len(r["ctx_chunks"]) for r in rows) > 1  # the multi-chunk documents went through the workers

@@ -146,6 +146,8 @@ class TrainerConfig:
     logging_steps: int = num(1, gt=0)
     progress_bar: bool = True
     dataloader_num_workers: int = num(0, ge=0)
+    # wall-clock budget for training: stop (with a checkpoint) at the first step past it; 0: none
+    max_time_s: float = num(0, ge=0, note="0: no limit")
 
 
 @dataclass

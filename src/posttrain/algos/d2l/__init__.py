@@ -136,11 +136,11 @@ def _longest_d2l(cfg: DictConfig) -> tuple[int, float, int, int] | None:
     from posttrain.hardware.lengths import measured
 
     def measure(tokenizer) -> tuple[int, float, int, int]:
-        from posttrain.data.d2l import d2l_records, featurize
+        from posttrain.data.d2l import d2l_records, featurize_all
 
         algo, enc = cfg.algo, cfg.algo.encoder
         records, _ = d2l_records(cfg.data, tokenizer)
-        rows = [featurize(r, tokenizer, algo.max_length, enc.max_doc_length, enc.max_chunks) for r in records]
+        rows = featurize_all(records, tokenizer, algo.max_length, enc.max_doc_length, enc.max_chunks)
         chunks = [r.get("ctx_chunks") or [r["ctx_ids"]] for r in rows]
         return (
             max(len(r["input_ids"]) for r in rows),

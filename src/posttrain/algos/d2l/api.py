@@ -28,10 +28,10 @@ __all__ = [
 
 
 def _featurized(cfg: DictConfig, model: D2LModel, records: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    from posttrain.data.d2l import featurize
+    from posttrain.data.d2l import featurize_all
 
     enc = cfg.algo.encoder
-    return [featurize(r, model.tokenizer, cfg.algo.max_length, enc.max_doc_length, enc.max_chunks) for r in records]
+    return featurize_all(records, model.tokenizer, cfg.algo.max_length, enc.max_doc_length, enc.max_chunks)
 
 
 def teacher_key_parts(cfg: DictConfig) -> dict[str, Any]:

@@ -41,7 +41,14 @@ from posttrain.algos.d2l.lora import GeneratedLoRA
 from posttrain.algos.d2l.monitor import document_index
 from posttrain.algos.d2l.scoring import best_over, contains_answer, score
 from posttrain.analysis.stats import bootstrap_ci
-from posttrain.data.d2l import featurize, in_context_prompt, in_context_view, visible_document, window_document
+from posttrain.data.d2l import (
+    featurize,
+    featurize_all,
+    in_context_prompt,
+    in_context_view,
+    visible_document,
+    window_document,
+)
 
 METRICS = {"accuracy": "correct", "exact_match": "em", "f1": "f1"}  # summary name -> per-question key
 
@@ -247,7 +254,7 @@ def evaluate_model(
     if "format_lora" in wanted:
         if not train_records:
             raise ValueError("the format-only LoRA needs the training records")
-        train_rows = [featurize(r, tok, max_length, **read) for r in train_records]
+        train_rows = featurize_all(train_records, tok, max_length, **read)
         b = baselines
         with format_lora(
             model, train_rows, steps=b.format_lora_steps, lr=b.format_lora_lr, batch_size=b.format_lora_batch_size,

@@ -10,6 +10,8 @@ helpers on first use."""
 
 from __future__ import annotations
 
+import os
+import uuid
 from typing import Any
 
 from omegaconf import DictConfig
@@ -27,6 +29,7 @@ __all__ = [
     "fact_documents",
     "fact_qa",
     "featurize",
+    "featurize_all",
     "in_context_prompt",
     "in_context_view",
     "load_squad",
@@ -172,3 +175,42 @@ def featurize(
         "t_input_ids": teacher["input_ids"],
         "t_labels": teacher["labels"],
     }
+
+
+PARALLEL_MIN_RECORDS = 4096  # fewer are featurized in this process: starting the workers costs more than it saves
+
+
+def featurize_all(
+    records: list[dict[str, Any]],
+    tokenizer: Any,
+    max_length: int,
+    max_doc_length: int,
+    max_chunks: int = 1,
+    num_proc: int | None = None,
+) -> list[dict[str, Any]]:
+    """`featurize` over `records`, in order. Tens of thousands of records (~1.5 ms each: chat templates and three
+    tokenizations) are split over `num_proc` processes with `datasets.map` (default: one per CPU, at most 8)."""
+    procs = num_proc if num_proc is not None else min(8, os.cpu_count() or 1)
+    if procs <= 1 or len(records) < PARALLEL_MIN_RECORDS:
+        return [featurize(r, tokenizer, max_length, max_doc_length, max_chunks) for r in records]
+    from datasets import Dataset
+    from datasets.utils.logging import disable_progress_bar, enable_progress_bar
+
+    table = Dataset.from_list(records)
+    disable_progress_bar()
+    try:
+        rows = table.map(
+            featurize,
+            fn_kwargs={
+                "tokenizer": tokenizer,
+                "max_length": max_length,
+                "max_doc_length": max_doc_length,
+                "max_chunks": max_chunks,
+            },
+            remove_columns=table.column_names,
+            num_proc=procs,
+            new_fingerprint=uuid.uuid4().hex,  # hashing the tokenizer for the cache key costs seconds, for nothing
+        )
+    finally:
+        enable_progress_bar()
+    return rows.to_list()

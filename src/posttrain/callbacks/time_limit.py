@@ -1,0 +1,54 @@
+"""`trainer.max_time_s`: stop training once a wall-clock budget is spent, with a checkpoint at the stopping step.
+
+For jobs with a hard time limit (a SLURM partition, a lent GPU): the run ends on its own, saves, and goes on to what
+follows training (the end-of-run evaluation, summary.json) instead of being killed with nothing written. The
+learning-rate schedule still spans `trainer.max_steps`, so `resume=auto` with the same run dir continues where the
+budget ran out. The clock starts when training starts (model and data are already built). Under DDP rank 0 decides
+and every rank stops at the same step.
+"""
+
+from __future__ import annotations
+
+import time
+
+from transformers import TrainerCallback
+
+
+def _agreed(stop: bool) -> bool:
+    """Rank 0's decision on every rank (ranks' clocks differ; a rank that stops alone hangs the others)."""
+    import torch
+    import torch.distributed as dist
+
+    if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() == 1:
+        return stop
+    device = torch.device("cuda", torch.cuda.current_device()) if dist.get_backend() == "nccl" else torch.device("cpu")
+    flag = torch.tensor([1 if stop else 0], device=device)
+    dist.broadcast(flag, src=0)
+    return bool(flag.item())
+
+
+class WallClockLimit(TrainerCallback):
+    """Ask the Trainer to save and stop after the first optimizer step that ends `max_seconds` after training began."""
+
+    def __init__(self, max_seconds: float, clock=time.monotonic):
+        self.max_seconds = max_seconds
+        self.clock = clock
+        self.start: float | None = None
+        self.stopped_at: int | None = None
+
+    def on_train_begin(self, args, state, control, **kwargs):
+        self.start = self.clock()
+
+    def on_step_end(self, args, state, control, **kwargs):
+        if self.start is None or state.global_step >= state.max_steps:
+            return
+        if _agreed(self.clock() - self.start >= self.max_seconds):
+            control.should_training_stop = True
+            control.should_save = True
+            self.stopped_at = state.global_step
+            if state.is_world_process_zero:
+                print(
+                    f"trainer.max_time_s={self.max_seconds:g} reached: stopping at step {state.global_step} of "
+                    f"{state.max_steps} (checkpoint saved; resume=auto continues)",
+                    flush=True,
+                )

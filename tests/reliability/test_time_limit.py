@@ -1,0 +1,61 @@
+"""`trainer.max_time_s`: a run past its wall-clock budget stops at the step it is on, saves that step's checkpoint,
+still writes its summary, and `resume=auto` finishes the schedule."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+from transformers import TrainerControl, TrainerState
+
+from posttrain.callbacks.time_limit import WallClockLimit
+from tests.reliability.helpers import compose, leg, metrics
+
+
+class _Clock:
+    def __init__(self):
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def _step(cb: WallClockLimit, step: int, max_steps: int = 10) -> TrainerControl:
+    state, control = TrainerState(global_step=step, max_steps=max_steps), TrainerControl()
+    cb.on_step_end(SimpleNamespace(), state, control)
+    return control
+
+
+def test_stops_and_saves_at_the_first_step_past_the_budget():
+    clock = _Clock()
+    cb = WallClockLimit(30, clock=clock)
+    cb.on_train_begin(SimpleNamespace(), TrainerState(), TrainerControl())
+    clock.now += 29.9
+    ctl = _step(cb, 3)
+    assert not ctl.should_training_stop and not ctl.should_save and cb.stopped_at is None
+    clock.now += 0.1
+    ctl = _step(cb, 4)
+    assert ctl.should_training_stop and ctl.should_save and cb.stopped_at == 4
+
+
+def test_the_last_step_is_left_to_the_trainer():
+    clock = _Clock()
+    cb = WallClockLimit(1, clock=clock)
+    cb.on_train_begin(SimpleNamespace(), TrainerState(), TrainerControl())
+    clock.now += 5
+    ctl = _step(cb, 10, max_steps=10)  # the run ends here anyway: no stop to report
+    assert not ctl.should_training_stop and cb.stopped_at is None
+
+
+def test_a_run_out_of_time_checkpoints_and_resume_finishes(tmp_path, capsys):
+    run = tmp_path / "run"
+    over = ("trainer.max_steps=4", "trainer.save_steps=0")
+    summary = leg(compose("d2l", run, *over, "trainer.max_time_s=1e-9"))
+    assert summary["stopped_by_max_time_s"] == 1 and summary["final_step"] == 1
+    assert "trainer.max_time_s=1e-09 reached: stopping at step 1 of 4" in capsys.readouterr().out
+    assert (run / "checkpoints" / "checkpoint-1" / "COMPLETE").is_file()
+    assert [m["step"] for m in metrics(run)] == [1]
+
+    summary = leg(compose("d2l", run, *over, "resume=auto"))
+    assert "stopped_by_max_time_s" not in summary
+    assert [m["step"] for m in metrics(run)] == [1, 2, 3, 4]
+    assert (run / "checkpoints" / "checkpoint-4" / "COMPLETE").is_file()
