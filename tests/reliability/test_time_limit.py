@@ -34,7 +34,7 @@ def test_stops_and_saves_at_the_first_step_past_the_budget():
     assert not ctl.should_training_stop and not ctl.should_save and cb.stopped_at is None
     clock.now += 0.1
     ctl = _step(cb, 4)
-    assert ctl.should_training_stop and ctl.should_save and cb.stopped_at == 4
+    assert ctl.should_training_stop and ctl.should_save and ctl.should_log and cb.stopped_at == 4
 
 
 def test_the_last_step_is_left_to_the_trainer():
@@ -46,16 +46,26 @@ def test_the_last_step_is_left_to_the_trainer():
     assert not ctl.should_training_stop and cb.stopped_at is None
 
 
-def test_a_run_out_of_time_checkpoints_and_resume_finishes(tmp_path, capsys):
-    run = tmp_path / "run"
-    over = ("trainer.max_steps=4", "trainer.save_steps=0")
-    summary = leg(compose("d2l", run, *over, "trainer.max_time_s=1e-9"))
-    assert summary["stopped_by_max_time_s"] == 1 and summary["final_step"] == 1
-    assert "trainer.max_time_s=1e-09 reached: stopping at step 1 of 4" in capsys.readouterr().out
-    assert (run / "checkpoints" / "checkpoint-1" / "COMPLETE").is_file()
-    assert [m["step"] for m in metrics(run)] == [1]
+def test_a_run_out_of_time_checkpoints_and_resume_finishes(tmp_path, capsys, monkeypatch):
+    from posttrain.callbacks import time_limit
 
+    clock = _Clock()
+
+    def tick() -> float:  # a second per reading: training begins at 0, step 1 ends at 1, step 2 at 2
+        clock.now += 1
+        return clock.now
+
+    monkeypatch.setattr(time_limit, "time", SimpleNamespace(monotonic=tick))
+    run = tmp_path / "run"
+    over = ("trainer.max_steps=5", "trainer.save_steps=0", "trainer.logging_steps=3")
+    summary = leg(compose("d2l", run, *over, "trainer.max_time_s=1.5"))
+    assert summary["stopped_by_max_time_s"] == 2 and summary["final_step"] == 2
+    assert "trainer.max_time_s=1.5 reached: stopping at step 2 of 5" in capsys.readouterr().out
+    assert (run / "checkpoints" / "checkpoint-2" / "COMPLETE").is_file()
+    assert [m["step"] for m in metrics(run)] == [1, 2]  # step 2 logged although logging_steps=3
+
+    monkeypatch.undo()
     summary = leg(compose("d2l", run, *over, "resume=auto"))
     assert "stopped_by_max_time_s" not in summary
-    assert [m["step"] for m in metrics(run)] == [1, 2, 3, 4]
-    assert (run / "checkpoints" / "checkpoint-4" / "COMPLETE").is_file()
+    assert [m["step"] for m in metrics(run)] == [1, 2, 3]  # HF logs multiples of logging_steps; step 5 is not one
+    assert (run / "checkpoints" / "checkpoint-5" / "COMPLETE").is_file()

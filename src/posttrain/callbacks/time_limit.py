@@ -28,11 +28,12 @@ def _agreed(stop: bool) -> bool:
 
 
 class WallClockLimit(TrainerCallback):
-    """Ask the Trainer to save and stop after the first optimizer step that ends `max_seconds` after training began."""
+    """Ask the Trainer to log, save and stop after the first optimizer step that ends `max_seconds` after training
+    began."""
 
-    def __init__(self, max_seconds: float, clock=time.monotonic):
+    def __init__(self, max_seconds: float, clock=None):
         self.max_seconds = max_seconds
-        self.clock = clock
+        self.clock = clock or time.monotonic
         self.start: float | None = None
         self.stopped_at: int | None = None
 
@@ -45,6 +46,7 @@ class WallClockLimit(TrainerCallback):
         if _agreed(self.clock() - self.start >= self.max_seconds):
             control.should_training_stop = True
             control.should_save = True
+            control.should_log = True  # the last step's metrics, whatever logging_steps says
             self.stopped_at = state.global_step
             if state.is_world_process_zero:
                 print(
