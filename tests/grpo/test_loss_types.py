@@ -276,3 +276,19 @@ def test_knobs_in_the_trainer_equal_trls_path(off_policy, case):
     assert abs(plain[0] - ref[0]) > 1e-5, "the knob changes nothing on this batch"
     if case.startswith("adaptive"):
         assert ref[3] == pytest.approx(0.11) and ref[2]["entropy_coef"] == pytest.approx(0.11)
+
+
+def test_the_command_line_kernel_is_refused_before_hydra_writes_a_run_dir(capsys):
+    """`kernels=trl algo.kl.estimator=k2`: the pre-check (before Hydra makes the run dir) refuses it in one line,
+    while a bare `algo.kl.estimator=k2` passes it (hw=cpu's profile will pick fused, which computes k2)."""
+    from posttrain.cli import _precheck
+
+    with pytest.raises(SystemExit) as ex:
+        _precheck(["kernels=trl", "algo.kl.estimator=k2", "hw.kernels=fused"])
+    assert ex.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [
+        "error: kernels=trl: algo.kl.estimator=k2 needs a posttrain kernel: TRL's loss only has k3 (kernels=fused)"
+    ]
+    _precheck(["algo.kl.estimator=k2"])
+    assert capsys.readouterr().err == ""

@@ -16,6 +16,11 @@ from posttrain.config.validate import ConfigError, validate
 from posttrain.paths import CONF_DIR
 
 
+def override_keys(overrides: Sequence[str]) -> set[str]:
+    """The config keys that Hydra override strings set: `+trainer.lr=1e-4` -> `trainer.lr`, `model@x=y` -> `model`."""
+    return {item.split("=", 1)[0].lstrip("+~").split("@", 1)[0] for item in overrides}
+
+
 def _one_line(ex: BaseException) -> str:
     """Hydra/OmegaConf errors span several lines; keep what names the bad key or choice."""
     msg = str(ex).strip()

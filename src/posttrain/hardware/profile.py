@@ -40,14 +40,10 @@ from typing import Any
 import torch
 from omegaconf import DictConfig, open_dict
 
+from posttrain.config.compose import override_keys
 from posttrain.config.precision import resolve_precision
 
 BNB_OPTIMIZERS = ("8bit", "paged_")  # HF optim names that need bitsandbytes
-
-
-def override_keys(overrides: list[str] | tuple[str, ...]) -> set[str]:
-    """The config keys that Hydra override strings set: `+trainer.lr=1e-4` -> `trainer.lr`, `model@x=y` -> `model`."""
-    return {item.split("=", 1)[0].lstrip("+~").split("@", 1)[0] for item in overrides}
 
 
 def cli_overrides() -> set[str]:
