@@ -33,6 +33,7 @@ from pathlib import Path
 from omegaconf import OmegaConf
 
 from posttrain.callbacks import read_metrics
+from posttrain.checkpoints import complete_checkpoints
 
 ROOT = Path(__file__).resolve().parents[2]
 CALIBRATION = Path("/tmp/d2l_gpu_scale_s_per_step.json")
@@ -108,12 +109,13 @@ def arm_job(arm: str, name: str, overrides: list[str], eval_tokens: list[int], o
         "eval": read_json(run_dir / "eval.json"),
     }
     result["long"] = {}
-    for tokens in eval_tokens if rc == 0 else []:
+    checkpoints = complete_checkpoints(run_dir / "checkpoints")
+    for tokens in eval_tokens if rc == 0 and checkpoints else []:
         eval_dir = Path(f"{run_dir}_x{tokens}")
         shutil.rmtree(eval_dir, ignore_errors=True)
         over = [
             "mode=eval",
-            f"eval.checkpoint={run_dir}",
+            f"eval.checkpoint={checkpoints[-1]}",
             f"++data.params.eval_doc_tokens={tokens}",
             f"data.num_eval={min(16, OmegaConf.load(run_dir / 'config.yaml').data.num_eval)}",  # --cpu holds out 4
         ]
