@@ -144,3 +144,16 @@ def test_featurize_all_in_workers_equals_one_process(tokenizer, monkeypatch):
     rows = featurize_all(records, tokenizer, 256, 128, max_chunks=4, num_proc=2)
     assert rows == [featurize(r, tokenizer, 256, 128, max_chunks=4) for r in records]
     assert max(len(r["ctx_chunks"]) for r in rows) > 1  # the multi-chunk documents went through the workers
+
+
+def test_featurize_all_in_workers_raises_the_records_data_error(tokenizer, monkeypatch):
+    """A bad record fails a worker with the same one-line DataError as in this process."""
+    import posttrain.data.d2l as d2l_data
+    from posttrain.data.d2l import featurize_all
+    from posttrain.errors import DataError
+
+    records = fact_qa(4, seed=1, held_out=False, tokenizer=tokenizer, num_facts=3, single_hop=2, two_hop=1)
+    records[5] = {**records[5], "document": ""}
+    monkeypatch.setattr(d2l_data, "PARALLEL_MIN_RECORDS", 2)
+    with pytest.raises(DataError, match=r"the document of .* is empty: nothing to internalize"):
+        featurize_all(records, tokenizer, 256, 128, max_chunks=4, num_proc=2)

@@ -194,23 +194,19 @@ def featurize_all(
     if procs <= 1 or len(records) < PARALLEL_MIN_RECORDS:
         return [featurize(r, tokenizer, max_length, max_doc_length, max_chunks) for r in records]
     from datasets import Dataset
-    from datasets.utils.logging import disable_progress_bar, enable_progress_bar
 
     table = Dataset.from_list(records)
-    disable_progress_bar()
-    try:
-        rows = table.map(
-            featurize,
-            fn_kwargs={
-                "tokenizer": tokenizer,
-                "max_length": max_length,
-                "max_doc_length": max_doc_length,
-                "max_chunks": max_chunks,
-            },
-            remove_columns=table.column_names,
-            num_proc=procs,
-            new_fingerprint=uuid.uuid4().hex,  # hashing the tokenizer for the cache key costs seconds, for nothing
-        )
-    finally:
-        enable_progress_bar()
+    rows = table.map(
+        featurize,
+        fn_kwargs={
+            "tokenizer": tokenizer,
+            "max_length": max_length,
+            "max_doc_length": max_doc_length,
+            "max_chunks": max_chunks,
+        },
+        remove_columns=table.column_names,
+        num_proc=procs,
+        new_fingerprint=uuid.uuid4().hex,  # hashing the tokenizer for the cache key costs seconds, for nothing
+        desc="featurizing D2L questions",
+    )
     return rows.to_list()
