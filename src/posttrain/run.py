@@ -72,7 +72,7 @@ def train(cfg: DictConfig, run_dir: Path, callbacks: list | None = None, resume:
     trainer.train(resume_from_checkpoint=resume)
     if not is_main_process():  # metrics and summary are rank 0's
         return {}
-    summary = _summary(algorithm, read_metrics(metrics_path), time.time() - start)
+    summary = _summary(algorithm, read_metrics(metrics_path), time.time() - start, trainer.state.global_step)
     summary["world_size"] = world_size()
     if limit is not None and limit.stopped_at is not None:
         summary["stopped_by_max_time_s"] = limit.stopped_at
@@ -80,10 +80,10 @@ def train(cfg: DictConfig, run_dir: Path, callbacks: list | None = None, resume:
     return summary
 
 
-def _summary(algorithm: Algorithm, metrics: list[dict[str, Any]], runtime: float) -> dict[str, Any]:
+def _summary(algorithm: Algorithm, metrics: list[dict[str, Any]], runtime: float, step: int) -> dict[str, Any]:
+    """`final_step`: the optimizer step training ended at (the last logged step can be earlier: `logging_steps`)."""
     summary: dict[str, Any] = {"algo": algorithm.name, "runtime_s": round(runtime, 2), "logged_steps": len(metrics)}
-    if metrics:
-        summary["final_step"] = metrics[-1]["step"]
+    summary["final_step"] = step
     summary.update(summary_stats(metrics, ConsoleSpec.of(algorithm.console).trend))
     summary["objective"] = summary.get(algorithm.objective)
     return summary

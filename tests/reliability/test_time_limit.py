@@ -68,4 +68,5 @@ def test_a_run_out_of_time_checkpoints_and_resume_finishes(tmp_path, capsys, mon
     summary = leg(compose("d2l", run, *over, "resume=auto"))
     assert "stopped_by_max_time_s" not in summary
     assert [m["step"] for m in metrics(run)] == [1, 2, 3]  # HF logs multiples of logging_steps; step 5 is not one
+    assert summary["final_step"] == 5  # the step training ended at, not the last one logged
     assert (run / "checkpoints" / "checkpoint-5" / "COMPLETE").is_file()
