@@ -129,7 +129,7 @@ def test_optuna_preset_search_space_and_metric():
     from posttrain.run import _summary
 
     metrics = [{"step": 1, "reward": 0.25, "loss": 0.1}, {"step": 2, "reward": 0.75, "loss": 0.0}]
-    summary = _summary(get_algorithm("grpo"), metrics, 1.0)
+    summary = _summary(get_algorithm("grpo"), metrics, 1.0, step=2)
     assert summary[metric] == pytest.approx(0.5)
 
 
