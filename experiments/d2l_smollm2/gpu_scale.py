@@ -32,6 +32,7 @@ from pathlib import Path
 
 from omegaconf import OmegaConf
 
+from posttrain.analysis.runs import read_summary
 from posttrain.callbacks import read_metrics
 from posttrain.checkpoints import complete_checkpoints
 
@@ -101,14 +102,14 @@ def arm_job(arm: str, name: str, overrides: list[str], eval_tokens: list[int], o
     log = out / f"{name}.log"
     log.write_text("")
     rc = run([sys.executable, "train.py", *base, f"hydra.run.dir={run_dir}"], log)
-    summary = read_json(run_dir / "summary.json")
+    summary = read_summary(run_dir)
     print(f"{name}: rc={rc} at {time.time() - t0:.0f} s: {json.dumps(summary)[:1500]}", flush=True)
     result = {
         "summary": summary,
         "metrics": read_metrics(run_dir / "metrics.jsonl"),
         "eval": read_json(run_dir / "eval.json"),
+        "long": {},
     }
-    result["long"] = {}
     checkpoints = complete_checkpoints(run_dir / "checkpoints")
     for tokens in eval_tokens if rc == 0 and checkpoints else []:
         eval_dir = Path(f"{run_dir}_x{tokens}")

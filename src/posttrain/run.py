@@ -67,7 +67,9 @@ def train(cfg: DictConfig, run_dir: Path, callbacks: list | None = None, resume:
     start = time.time()
     callbacks = [JsonlMetricsCallback(metrics_path), *(callbacks or [])]
     limit = WallClockLimit(cfg.trainer.max_time_s) if cfg.trainer.get("max_time_s") else None
-    trainer = algorithm.build_trainer(cfg, run_dir, [*callbacks, *([limit] if limit else [])])
+    if limit:
+        callbacks.append(limit)
+    trainer = algorithm.build_trainer(cfg, run_dir, callbacks)
     use_console(trainer, algorithm.console)  # one bar + compact lines instead of HF's printed dicts
     trainer.train(resume_from_checkpoint=resume)
     if not is_main_process():  # metrics and summary are rank 0's
