@@ -41,12 +41,12 @@ def test_precision_sets_dtype_and_trainer_flags(compose, tmp_path):
 
 
 @pytest.mark.parametrize(
-    ("tiny", "amx", "expected"), [(True, True, "fp32"), (False, True, "bf16"), (False, False, "fp32")]
+    ("tiny", "bf16_units", "expected"), [(True, True, "fp32"), (False, True, "bf16"), (False, False, "fp32")]
 )
-def test_auto_precision_is_bf16_only_for_pretrained_models_on_amx_cpus(
-    compose, monkeypatch, tmp_path, tiny, amx, expected
+def test_auto_precision_is_bf16_only_for_pretrained_models_on_bf16_cpus(
+    compose, monkeypatch, tmp_path, tiny, bf16_units, expected
 ):
-    monkeypatch.setattr(precision_mod, "cpu_has_amx_bf16", lambda: amx)
+    monkeypatch.setattr(precision_mod, "cpu_has_bf16_units", lambda: bf16_units)
     cfg = compose("hw=cpu", "hw.precision=auto", "model=tiny_llama")
     cfg.model.tiny = tiny
     cfg.hw.precision = "auto"  # compose resolved it for this machine already
@@ -79,10 +79,14 @@ def test_bf16_param_dtype_only_where_the_model_dtype_is_auto(compose):
 def test_cpu_flags_are_read_from_cpuinfo(monkeypatch, tmp_path):
     info = tmp_path / "cpuinfo"
     monkeypatch.setattr(precision_mod, "Path", lambda _: info)
-    info.write_text("processor : 0\nflags : fpu avx512_bf16 amx_tile\n")
-    assert not precision_mod.cpu_has_amx_bf16()  # avx512_bf16 is not amx_bf16
+    info.write_text("processor : 0\nflags : fpu avx2 avx512f avx512_vnni amx_tile\n")
+    assert not precision_mod.cpu_has_bf16_units()  # AVX-512 without its bf16 extension, AMX tiles without bf16
+    info.write_text("processor : 0\nflags : fpu avx512f avx512_bf16\n")  # AMD Zen 4
+    assert precision_mod.cpu_has_bf16_units()
     info.write_text("processor : 0\nflags : fpu amx_bf16 amx_tile\n")
-    assert precision_mod.cpu_has_amx_bf16()
+    assert precision_mod.cpu_has_bf16_units()
+    info.write_text("processor : 0\nmodel name : avx512_bf16\n")  # only the flags line counts
+    assert not precision_mod.cpu_has_bf16_units()
 
 
 def test_tf32_sets_matmul_precision(compose):

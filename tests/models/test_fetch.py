@@ -37,7 +37,7 @@ def gguf_file(tiny, tmp_path):
     return write_tiny_gguf(model, tok, tmp_path / "tiny.gguf")
 
 
-# a tiny architecture loaded as a real checkpoint; fp32 (hw=cpu would pick bf16 for it on an AMX CPU)
+# a tiny architecture loaded as a real checkpoint; fp32 (hw=cpu would pick bf16 for it on a CPU with bf16 units)
 REAL_FP32 = ("model=tiny_llama", "model.tiny=false", "hw.precision=fp32")
 
 

@@ -3,8 +3,8 @@ in every precision its profiles use"), on CPU with the tiny models:
 
 - `bf16_weights`: what every GPU profile does (conf/hw/{rtx4090,a100,a100_40gb,h200}.yaml): bf16 weights
   (`model.dtype=auto` -> bf16), the trainer's bf16 autocast, activation checkpointing, rollouts from the policy;
-- `fp32_master`: what hw=cpu does on an AMX CPU (`bf16_param_dtype: float32`): fp32 weights under bf16 autocast,
-  forced here with `hw.precision=bf16` whatever this CPU has.
+- `fp32_master`: what hw=cpu does on a CPU with AMX or AVX512-BF16 (`bf16_param_dtype: float32`): fp32 weights
+  under bf16 autocast, forced here with `hw.precision=bf16` whatever this CPU has.
 
 Each case builds the algorithm's trainer in-process (compose -> `apply_profile` -> `build_trainer`), trains two
 optimizer steps and checks: finite losses; the matmuls ran in bf16 (a base linear layer's output, and the LM head's

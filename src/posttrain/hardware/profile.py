@@ -2,9 +2,9 @@
 
 What a profile decides and where it lands:
 - precision: `hw.precision=auto` (hw=cpu) resolves here too (`posttrain.config.precision`: bf16 for a pretrained
-  model on an AMX bf16 CPU, fp32 otherwise and for tiny models). Then the model dtype (`model.dtype=auto` resolves
-  from `hw.precision`, or is `hw.bf16_param_dtype` when training runs in bf16: hw=cpu keeps fp32 master weights
-  under bf16 autocast) and TrainingArguments bf16/fp16 (`posttrain.training_args`); TF32:
+  model on a CPU with AMX or AVX512-BF16, fp32 otherwise and for tiny models). Then the model dtype
+  (`model.dtype=auto` resolves from `hw.precision`, or is `hw.bf16_param_dtype` when training runs in bf16: hw=cpu
+  keeps fp32 master weights under bf16 autocast) and TrainingArguments bf16/fp16 (`posttrain.training_args`); TF32:
   `torch.set_float32_matmul_precision("high")` here.
 - attention: `model.attn_implementation` from `hw.attn_implementation[family]` when the model file leaves it null
   (`hw.bf16_attn_implementation[family]` instead when training runs in bf16).
