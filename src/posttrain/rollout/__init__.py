@@ -91,5 +91,6 @@ def build_engine(
         pad_to_multiple_of=pad_to_multiple_of,
         rollout_copy=rollout_copy,
         static_cache_len=cache_len,
+        share_prompts=bool(cfg.algo.get("share_prompts", True)),
         name=gen.backend,
     )

@@ -37,6 +37,7 @@ import torch
 from transformers import GenerationConfig, LogitsProcessor, LogitsProcessorList, StaticCache
 from transformers.generation import CompileConfig
 
+from posttrain.models.shared_prompt import prefill_distinct_prompts
 from posttrain.rollout.merged_copy import RolloutCopy
 
 
@@ -135,6 +136,7 @@ class RolloutEngine:
         pad_to_multiple_of: int | None = None,
         rollout_copy: RolloutCopy | None = None,
         static_cache_len: int | None = None,
+        share_prompts: bool = True,
         name: str = "hf",
     ):
         self.rollout_copy = rollout_copy
@@ -145,6 +147,7 @@ class RolloutEngine:
         self.pad_to_multiple_of = pad_to_multiple_of
         self.static_cache_len = static_cache_len
         self._caches: dict[int, StaticCache] = {}  # by batch size
+        self.share_prompts = share_prompts  # dynamic cache: each distinct prompt prefilled once (shared_prompt)
         self.name = name
 
     def sync(self, policy: torch.nn.Module) -> float:
@@ -182,6 +185,10 @@ class RolloutEngine:
         was_training = self.model.training
         self.model.eval()
         try:
+            if "past_key_values" not in extra and self.share_prompts and self.generation_config.use_cache is not False:
+                cache = prefill_distinct_prompts(self.model, ids.to(device), mask.to(device))
+                if cache is not None:
+                    extra["past_key_values"] = cache
             out = self.model.generate(
                 input_ids=ids.to(device),
                 attention_mask=mask.to(device),

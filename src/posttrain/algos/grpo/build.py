@@ -135,6 +135,7 @@ def build_trainer(cfg: DictConfig, run_dir: Path, callbacks: list | None = None)
         dynamic_sampling_rounds=cfg.algo.dynamic_sampling.max_rounds if cfg.algo.dynamic_sampling.enabled else 0,
         dynamic_sampling_refill_groups=cfg.algo.dynamic_sampling.refill_groups,
         sampler_correction=cfg.algo.sampler_correction,
+        share_prompts=cfg.algo.share_prompts,
     )
     # after the trainer placed the policy on its device: the copy lands there too
     trainer.attach_rollout(

@@ -21,6 +21,7 @@ from posttrain.algos.grpo.entropy_control import applied_entropy_coef, update_en
 from posttrain.algos.grpo.policy_forward import causal_lm, global_masked_mean, router_aux_loss
 from posttrain.kernels import completion_logps, grpo_loss, kl_per_token, lm_head_gathered
 from posttrain.kernels.registry import LOSS_TYPE_PARAMS
+from posttrain.models.shared_prompt import shared_prompt_hidden
 
 if TYPE_CHECKING:  # what the mixin is mixed into, for the type checker
     from trl import GRPOConfig
@@ -166,12 +167,33 @@ class KernelLossMixin(_GRPOBase):
         aux = aux and self.aux_loss_enabled
         extra = {"output_router_logits": True} if aux else {}
         backbone = getattr(lm, lm.base_model_prefix)
+        if not aux and self._shares_prompts():
+            with self.accelerator.autocast():
+                hidden = shared_prompt_hidden(
+                    backbone,
+                    inputs["prompt_ids"],
+                    inputs["prompt_mask"],
+                    inputs["completion_ids"],
+                    inputs["completion_mask"],
+                )
+            if hidden is not None:
+                return hidden, None
         with self.accelerator.autocast():  # position ids from the mask: `add_mask_position_ids`
             out = backbone(input_ids=input_ids, attention_mask=attention_mask, use_cache=False, **extra)
         aux_loss = router_aux_loss(lm, out.router_logits, attention_mask) if aux else None
         # position t predicts token t+1: the states that score the completion end one before the sequence does
         t = inputs["completion_ids"].size(1)
         return out.last_hidden_state[:, -t - 1 : -1], aux_loss
+
+    def _shares_prompts(self) -> bool:
+        """Whether `_completion_hidden` runs each distinct prompt once (`shared_prompt`, which says where not)."""
+        from accelerate.utils import DistributedType
+
+        return (
+            getattr(self, "share_prompts", False)
+            and not self.args.gradient_checkpointing
+            and self.accelerator.distributed_type not in (DistributedType.FSDP, DistributedType.DEEPSPEED)
+        )
 
     def _kernel_forward(self, unwrapped, inputs: dict[str, Any], window: torch.Tensor, accum: float):
         """Backbone, then `posttrain.kernels.grpo_loss` on the completion positions; runs as the model's forward.

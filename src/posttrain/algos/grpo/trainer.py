@@ -74,6 +74,7 @@ class PosttrainGRPOTrainer(AtomicCheckpointMixin, DynamicSamplingMixin, KernelLo
         dynamic_sampling_rounds: int = 0,
         dynamic_sampling_refill_groups: int | None = None,
         sampler_correction: bool = False,
+        share_prompts: bool = False,
         **kwargs,
     ):
         own_fp32_head = take_over_fp32_head(kwargs.get("args"), kwargs.get("model"))
@@ -99,6 +100,7 @@ class PosttrainGRPOTrainer(AtomicCheckpointMixin, DynamicSamplingMixin, KernelLo
         self.dynamic_sampling_rounds = dynamic_sampling_rounds  # 0: off; else the cap on extra generation batches
         self.dynamic_sampling_refill_groups = dynamic_sampling_refill_groups  # per extra batch; None: the step's
         self.sampler_correction = sampler_correction  # importance-sample a rollout copy's samples (sampler_mismatch)
+        self.share_prompts = share_prompts  # kernel path: each distinct prompt once (shared_prompt)
         self.rollout: RolloutEngine | None = None  # a merged-copy backend's engine (`attach_rollout`)
         self._rollout_step = self.state.global_step
         if kl_controller is not None:
