@@ -23,6 +23,7 @@ from typing import Any
 import torch
 
 from posttrain.algos.grpo.device_metrics import resolve
+from posttrain.models.shared_prompt import mask_positions
 
 
 def causal_lm(model: torch.nn.Module) -> torch.nn.Module:
@@ -65,7 +66,7 @@ def _mask_position_ids(module: torch.nn.Module, args: tuple, kwargs: dict[str, A
     if not isinstance(mask, torch.Tensor) or mask.dim() != 2 or ids is None or ids.shape[:2] != mask.shape:
         return None
     # transformers' `_prepare_position_ids_for_generation`, the positions the completions were sampled at
-    kwargs["position_ids"] = (mask.long().cumsum(-1) - 1).masked_fill(mask == 0, 0)
+    kwargs["position_ids"] = mask_positions(mask)
     return args, kwargs
 
 
