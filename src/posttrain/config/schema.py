@@ -95,9 +95,8 @@ class HwConfig:
     device: str = MISSING  # cpu | cuda | xla
     device_gib: float = num(MISSING, gt=0)
     num_devices: int = num(MISSING, gt=0)
-    precision: str = (
-        MISSING  # fp32 | bf16 | fp16 | auto (bf16 for pretrained models on CPUs with bf16 units, else fp32)
-    )
+    # fp32 | bf16 | fp16 | auto (bf16 for pretrained models on CPUs with bf16 units, else fp32)
+    precision: str = MISSING
     tf32: bool = MISSING
     # activation checkpointing; null: only where the memory plan needs it (hardware.profile.resolve_checkpointing)
     gradient_checkpointing: bool | None = MISSING

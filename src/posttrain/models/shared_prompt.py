@@ -6,11 +6,11 @@ a plain forward over `[prompt; completion]` rows, and a plain `generate` over th
   distinct prompt and gathered back to one row per completion; `generate` given it runs only the last prompt token
   before decoding. On the `make train` preset (2 prompts x 4 completions, 46-token prompts) the prefill was a quarter
   of a rollout's time.
-- `shared_prompt_hidden` (GRPO's learner, kernel path) runs the backbone on the
-distinct prompt rows with a KV cache, gathers the cache back to one row per completion (`index_select`, through which
-gradients flow to the prompt's keys and values, so a LoRA on the prompt's projections is trained as before) and runs
-the completions against it. Same outputs and gradients as the plain forward up to rounding; on the `make train`
-preset (46-token prompts, ~14-token completions, groups of 4) it runs 2.3x fewer tokens.
+- `shared_prompt_hidden` (GRPO's learner, kernel path) runs the backbone on the distinct prompt rows with a KV cache,
+  gathers the cache back to one row per completion (`index_select`, through which gradients flow to the prompt's keys
+  and values, so a LoRA on the prompt's projections is trained as before) and runs the completions against it. Same
+  outputs and gradients as the plain forward up to rounding; on the `make train` preset (46-token prompts, ~14-token
+  completions, groups of 4) it runs 2.3x fewer tokens.
 
 Not used where a second backbone call or a cache in training would change more than the arithmetic: gradient
 checkpointing (transformers drops the cache under it), MoE router aux losses (the prompt's tokens would count once,
@@ -71,7 +71,10 @@ def shared_prompt_hidden(
     if found is None:
         return None
     first, inverse = found
-    prompt_out = backbone(input_ids=prompt_ids[first], attention_mask=prompt_mask[first], use_cache=True)
+    ids, prompt_rows_mask = prompt_ids[first], prompt_mask[first]
+    prompt_out = backbone(
+        input_ids=ids, attention_mask=prompt_rows_mask, position_ids=mask_positions(prompt_rows_mask), use_cache=True
+    )
     cache = prompt_out.past_key_values
     cache.reorder_cache(inverse)  # one cached prompt per completion row (differentiable index_select)
     mask = torch.cat([prompt_mask, completion_mask], dim=1)
