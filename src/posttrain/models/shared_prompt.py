@@ -4,8 +4,8 @@ a plain forward over `[prompt; completion]` rows, and a plain `generate` over th
 
 - `prefill_distinct_prompts` (rollout engines): the KV cache of every prompt but its last token, computed once per
   distinct prompt and gathered back to one row per completion; `generate` given it runs only the last prompt token
-  before decoding. On the `make train` preset (2 prompts x 4 completions, 46-token prompts) the prefill was a quarter
-  of a rollout's time.
+  before decoding. With SmolLM2's 46-token `make train` prompts (8 rows, 16 new tokens, bf16 copy) the prefill was
+  a quarter of a rollout's time.
 - `shared_prompt_hidden` (GRPO's learner, kernel path) runs the backbone on the distinct prompt rows with a KV cache,
   gathers the cache back to one row per completion (`index_select`, through which gradients flow to the prompt's keys
   and values, so a LoRA on the prompt's projections is trained as before) and runs the completions against it. Same
