@@ -10,6 +10,8 @@ from posttrain.algos.grpo.policy_forward import causal_lm
 from posttrain.models.shared_prompt import distinct_rows, shared_prompt_hidden
 from tests.grpo.helpers import first_batch, make_trainer, perturb_lora
 
+ROW_KEYS = ("prompt_ids", "prompt_mask", "completion_ids", "completion_mask")
+
 
 @pytest.fixture(scope="module")
 def trainer(tmp_path_factory):
@@ -79,10 +81,6 @@ def test_shared_prompt_hidden_with_a_sliding_window_and_shuffled_rows(tmp_path):
     with torch.no_grad():
         shared = shared_prompt_hidden(lm.model, *rows)
         trainer.share_prompts = False
-        plain, _ = trainer._completion_hidden(lm, dict(zip(trainer_keys(), rows)), aux=False)
+        plain, _ = trainer._completion_hidden(lm, dict(zip(ROW_KEYS, rows)), aux=False)
     assert shared is not None and shared.shape == plain.shape == (7, 6, lm.config.hidden_size)
     torch.testing.assert_close(shared, plain, rtol=1e-4, atol=1e-5)
-
-
-def trainer_keys() -> tuple[str, ...]:
-    return ("prompt_ids", "prompt_mask", "completion_ids", "completion_mask")

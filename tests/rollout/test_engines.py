@@ -3,6 +3,9 @@ cache-free forward (GPT-OSS past its sliding window included), the same seeded s
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
+
 import pytest
 import torch
 from transformers import GenerationConfig
@@ -129,30 +132,32 @@ def test_sampler_logprobs_are_the_models_tempered_logprobs_of_the_sampled_tokens
         torch.testing.assert_close(torch.tensor(got), expected, atol=2e-5, rtol=1e-5)
 
 
+@contextmanager
+def _input_shapes(model) -> Iterator[list]:
+    """The input_ids shape of every forward of `model` inside the block."""
+    shapes: list = []
+    hook = model.register_forward_pre_hook(lambda m, a, k: shapes.append(k["input_ids"].shape), with_kwargs=True)
+    try:
+        yield shapes
+    finally:
+        hook.remove()
+
+
 def test_shared_prompt_prefill_keeps_the_tokens_and_logprobs(tiny):
     """Repeated prompts (GRPO's groups, in any order) prefilled once per distinct prompt: the greedy tokens of the
     plain prefill, and the sampler's log-probs of them to rounding; a batch without repeats takes the plain path."""
     name, model, tok, prompts = tiny
     batch = [prompts[i] for i in (0, 2, 0, 1, 2, 3, 0, 1)]
     lm = causal_lm(model)  # PEFT's generate calls the transformers model
-    calls = []
-    hook = lm.register_forward_pre_hook(lambda m, a, k: calls.append(k["input_ids"].shape), with_kwargs=True)
-    try:
+    with _input_shapes(lm) as calls:
         shared_ids, shared_logps = _engine(model, tok, _config(tok)).generate_with_logprobs(batch)
-    finally:
-        hook.remove()
     plain_ids, plain_logps = _engine(model, tok, _config(tok), share_prompts=False).generate_with_logprobs(batch)
     longest = max(len(p) for p in prompts)
     assert calls[0] == (4, longest - 1)  # the four distinct prompts, all but their last column
     assert calls[1] == (8, 1)  # then generate runs only the last prompt column of every row
     assert shared_ids == plain_ids and [len(c) for c in shared_ids] == [NEW] * len(batch)
     torch.testing.assert_close(torch.tensor(shared_logps), torch.tensor(plain_logps), atol=2e-5, rtol=1e-5)
-    calls.clear()
-    hook = lm.register_forward_pre_hook(lambda m, a, k: calls.append(k["input_ids"].shape), with_kwargs=True)
-    try:
-        assert _engine(model, tok, _config(tok)).generate(prompts) == _engine(model, tok, _config(tok)).generate(
-            prompts
-        )
-    finally:
-        hook.remove()
+    with _input_shapes(lm) as calls:
+        distinct = _engine(model, tok, _config(tok)).generate(prompts)
+    assert distinct == _engine(model, tok, _config(tok), share_prompts=False).generate(prompts)
     assert calls[0][1] == longest  # distinct prompts: one plain prefill of the whole prompt

@@ -91,6 +91,6 @@ def build_engine(
         pad_to_multiple_of=pad_to_multiple_of,
         rollout_copy=rollout_copy,
         static_cache_len=cache_len,
-        share_prompts=bool(cfg.algo.get("share_prompts", True)),
+        share_prompts=cfg.algo.share_prompts,
         name=gen.backend,
     )

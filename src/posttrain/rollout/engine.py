@@ -175,6 +175,7 @@ class RolloutEngine:
     def _generate(self, prompt_ids: Sequence[Sequence[int]], record: bool):
         device = next(self.model.parameters()).device
         ids, mask = left_pad(prompt_ids, self.pad_token_id, self.pad_to_multiple_of)
+        ids, mask = ids.to(device), mask.to(device)
         extra: dict[str, Any] = {}
         if self.static_cache_len is not None:
             extra["past_key_values"] = self._static_cache(ids.size(0), ids.size(1))
@@ -186,12 +187,12 @@ class RolloutEngine:
         self.model.eval()
         try:
             if "past_key_values" not in extra and self.share_prompts and self.generation_config.use_cache is not False:
-                cache = prefill_distinct_prompts(self.model, ids.to(device), mask.to(device))
+                cache = prefill_distinct_prompts(self.model, ids, mask)
                 if cache is not None:
                     extra["past_key_values"] = cache
             out = self.model.generate(
-                input_ids=ids.to(device),
-                attention_mask=mask.to(device),
+                input_ids=ids,
+                attention_mask=mask,
                 generation_config=self.generation_config,
                 **extra,
             )

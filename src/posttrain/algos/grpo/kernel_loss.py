@@ -15,6 +15,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import torch
+from accelerate.utils import DistributedType
 from torch.distributed.tensor import DTensor
 
 from posttrain.algos.grpo.entropy_control import applied_entropy_coef, update_entropy_control
@@ -187,8 +188,6 @@ class KernelLossMixin(_GRPOBase):
 
     def _shares_prompts(self) -> bool:
         """Whether `_completion_hidden` runs each distinct prompt once (`shared_prompt`, which says where not)."""
-        from accelerate.utils import DistributedType
-
         return (
             getattr(self, "share_prompts", False)
             and not self.args.gradient_checkpointing
