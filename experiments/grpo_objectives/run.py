@@ -27,9 +27,9 @@ DIGITS = (
 )
 OLD = "trainer.lr=5e-4"  # the preset's lr before this experiment: the single-change arms ran on it
 # The make-train preset the arms were defined on (lr 2e-4, 60 steps of 2 prompts x 4, sampling from the fp32 policy,
-# fp32 training as hw=cpu chose on this CPU until 2026-11-26): every arm starts from it, so that a later preset
-# (bf16_copy_dynamic_sampling_steps75 on 2026-11-26, today_bf16_4prompts_lr3e-4 since) does not change what an arm's
-# name means.
+# fp32 training as hw=cpu chose on this CPU until 2026-11-26, LoRA on the attention projections): every arm starts
+# from it, so that a later preset (bf16_copy_dynamic_sampling_steps75 on 2026-11-26, today_bf16_4prompts_lr3e-4 that
+# evening, p_all_linear_lr2e-4 since that night) does not change what an arm's name means.
 BASE = [
     "algo.generation.backend=hf",
     "algo.dynamic_sampling.enabled=false",
@@ -37,6 +37,7 @@ BASE = [
     "trainer.per_device_batch_size=8",
     "trainer.lr=2e-4",
     "hw.precision=fp32",
+    "model.lora.targets=attention",
 ]
 TODAY = [  # BASE turned back into the preset of 2026-11-26 (before the last one)
     "algo.generation.backend=bf16_copy",
@@ -44,6 +45,8 @@ TODAY = [  # BASE turned back into the preset of 2026-11-26 (before the last one
     "algo.dynamic_sampling.max_rounds=2",
     "trainer.max_steps=75",
 ]
+# the make-train preset of 2026-11-26 evening
+PRESET = [*TODAY, "trainer.per_device_batch_size=16", "trainer.lr=3e-4", "hw.precision=bf16"]
 ARMS: dict[str, list[str]] = {
     "preset": [],  # lr 2e-4 since this experiment (BASE: the make-train preset from 2026-11-25 to 2026-11-26)
     "lr5e-4": [OLD],  # the preset before it
@@ -137,8 +140,7 @@ ARMS: dict[str, list[str]] = {
     "today_bf16": [*TODAY, "hw.precision=bf16"],
     "today_bf16_steps110": [*TODAY[:-1], "trainer.max_steps=110", "hw.precision=bf16"],
     "today_bf16_4prompts": [*TODAY, "trainer.per_device_batch_size=16", "hw.precision=bf16"],  # 4 prompts x 4
-    # the make-train preset since 2026-11-26 evening
-    "today_bf16_4prompts_lr3e-4": [*TODAY, "trainer.per_device_batch_size=16", "trainer.lr=3e-4", "hw.precision=bf16"],
+    "today_bf16_4prompts_lr3e-4": PRESET,
     "today_bf16_6prompts_steps55": [
         *TODAY[:-1],
         "trainer.max_steps=55",
@@ -155,12 +157,22 @@ ARMS: dict[str, list[str]] = {
         "++data.params.train_op_share=[0.8,0.2]",
     ],
     "today_bf16_rounds4": [*TODAY[:-2], "algo.dynamic_sampling.max_rounds=4", TODAY[-1], "hw.precision=bf16"],
+    # on the make-train preset of 2026-11-26 evening (PRESET): more trainable capacity, since addition's carries and
+    # subtraction are what the runs miss (the units digit is right in almost every wrong addition); the first is the
+    # make-train preset since 2026-11-26 night
+    "p_all_linear_lr2e-4": [*PRESET[:-2], "trainer.lr=2e-4", PRESET[-1], "model.lora.targets=all_linear"],
+    "p_all_linear": [*PRESET, "model.lora.targets=all_linear"],  # at the preset's lr 3e-4
+    "p_r32": [*PRESET, "model.lora.r=32", "model.lora.alpha=64"],
+    # twice the prompts per step (8 x 4) for 45 steps: 4 prompts beat 2 at the same steps
+    "p_8prompts_steps45": [*TODAY[:-1], "trainer.max_steps=45", "trainer.per_device_batch_size=32", *PRESET[-2:]],
 }
 
 
 def base_arm(arm: str) -> str:
     """The arm an arm's paired difference is taken against: the preset its single change was made on."""
     own = ARMS.get(arm, [])
+    if arm.startswith("p_"):  # the arms on PRESET
+        return "today_bf16_4prompts_lr3e-4"
     if OLD in own and arm != "lr5e-4":
         return "lr5e-4"
     today = "bf16_copy_dynamic_sampling_steps75"
