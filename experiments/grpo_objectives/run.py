@@ -162,6 +162,25 @@ ARMS: dict[str, list[str]] = {
     # make-train preset since 2026-11-26 night
     "p_all_linear_lr2e-4": [*PRESET[:-2], "trainer.lr=2e-4", PRESET[-1], "model.lora.targets=all_linear"],
     "p_all_linear": [*PRESET, "model.lora.targets=all_linear"],  # at the preset's lr 3e-4
+    # all-linear at lr 2e-4 has a noisy last iterate (seed 0: 0.645 at one thread, 0.525 at two): decay the lr to 0 from
+    # a higher start, or give it twice the rank
+    "p_all_linear_linear_lr3e-4": [*PRESET, "model.lora.targets=all_linear", "trainer.lr_scheduler=linear"],
+    # with trainable MLPs subtraction moves (seed 0: 0.28): give it half the training prompts (a third by default)
+    "p_all_linear_lr2e-4_sub0.5": [
+        *PRESET[:-2],
+        "trainer.lr=2e-4",
+        PRESET[-1],
+        "model.lora.targets=all_linear",
+        "++data.params.train_op_share=[0.5,0.5]",
+    ],
+    "p_all_linear_lr2e-4_r32": [
+        *PRESET[:-2],
+        "trainer.lr=2e-4",
+        PRESET[-1],
+        "model.lora.targets=all_linear",
+        "model.lora.r=32",
+        "model.lora.alpha=64",
+    ],
     "p_r32": [*PRESET, "model.lora.r=32", "model.lora.alpha=64"],
     # twice the prompts per step (8 x 4) for 45 steps: 4 prompts beat 2 at the same steps
     "p_8prompts_steps45": [*TODAY[:-1], "trainer.max_steps=45", "trainer.per_device_batch_size=32", *PRESET[-2:]],
@@ -171,6 +190,8 @@ ARMS: dict[str, list[str]] = {
 def base_arm(arm: str) -> str:
     """The arm an arm's paired difference is taken against: the preset its single change was made on."""
     own = ARMS.get(arm, [])
+    if arm.startswith("p_all_linear") and arm != "p_all_linear_lr2e-4":  # variants of today's preset
+        return "p_all_linear_lr2e-4"
     if arm.startswith("p_"):  # the arms on PRESET
         return "today_bf16_4prompts_lr3e-4"
     if OLD in own and arm != "lr5e-4":
