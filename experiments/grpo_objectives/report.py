@@ -21,6 +21,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from run import ARMS, base_arm
 
 RESULTS = Path(__file__).resolve().parent / "results"
+PRESET_ARM = "p_all_linear_lr2e-4"  # the make-train preset, drawn in another colour
+FULL_FT_GAIN = 0.28  # full fine-tuning's mean gain over seeds 0-2 (experiments/grpo_smollm2), the bar
 
 
 def load() -> dict[str, dict[int, dict]]:
@@ -55,6 +57,7 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--arms", help="comma list (default: all with results)")
     p.add_argument("--plot", default=str(Path(__file__).resolve().parent / "gains.png"))
+    p.add_argument("--plot-min-seeds", type=int, default=3, help="arms with fewer seeds are left out of the plot")
     args = p.parse_args()
     runs = load()
     arms = args.arms.split(",") if args.arms else [a for a in ARMS if a in runs] + [a for a in runs if a not in ARMS]
@@ -95,17 +98,24 @@ def main() -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    shown = [a for a in arms if gains[a]]
-    fig, ax = plt.subplots(figsize=(1.2 * len(shown) + 2, 4))
+    shown = [a for a in arms if len(gains[a]) >= args.plot_min_seeds]
+    fig, ax = plt.subplots(figsize=(9, 0.4 * len(shown) + 1.5))
     for i, arm in enumerate(shown):
         values = list(gains[arm].values())
         mean, lo, hi = ci(values)
-        ax.scatter([i] * len(values), values, color="0.5", s=14, zorder=3)
-        ax.errorbar([i], [mean], yerr=[[mean - lo], [hi - mean]] if not math.isnan(lo) else None, fmt="o", color="C0")
-    ax.axhline(0, color="0.8", lw=1)
-    ax.set_xticks(range(len(shown)), shown, rotation=30, ha="right")
-    ax.set_ylabel("held-out accuracy gain (200 problems)")
-    ax.set_title("GRPO on SmolLM2-135M, make-train config: gain per seed, mean and 95% CI")
+        ax.scatter(values, [i] * len(values), color="0.5", s=14, zorder=3)
+        ax.errorbar([mean], [i], xerr=[[mean - lo], [hi - mean]], fmt="o", color="C1" if arm == PRESET_ARM else "C0")
+    ax.axvline(0, color="0.8", lw=1)
+    ax.axvline(FULL_FT_GAIN, color="C2", lw=1, ls="--", label=f"full fine-tuning, +{FULL_FT_GAIN:.2f}")
+    ax.set_yticks(range(len(shown)), shown)
+    ax.invert_yaxis()
+    ax.set_xlabel("held-out accuracy gain (200 problems)")
+    ax.set_title(
+        "GRPO + LoRA on SmolLM2-135M, make-train configuration\n"
+        f"gain per seed (grey), mean, 95% CI; arms with >= {args.plot_min_seeds} seeds; orange: the preset",
+        fontsize=10,
+    )
+    ax.legend(loc="upper left", fontsize=8)
     fig.tight_layout()
     fig.savefig(args.plot, dpi=120)
     print(f"plot: {args.plot}")

@@ -173,6 +173,14 @@ ARMS: dict[str, list[str]] = {
         "model.lora.targets=all_linear",
         "++data.params.train_op_share=[0.5,0.5]",
     ],
+    # sampling at temperature 1.0 (0.7 in the preset): more varied answers to subtraction, which the MLPs can now learn
+    "p_all_linear_lr2e-4_temp1.0": [
+        *PRESET[:-2],
+        "trainer.lr=2e-4",
+        PRESET[-1],
+        "model.lora.targets=all_linear",
+        "algo.generation.temperature=1.0",
+    ],
     "p_all_linear_lr2e-4_r32": [
         *PRESET[:-2],
         "trainer.lr=2e-4",
