@@ -47,6 +47,8 @@ TODAY = [  # BASE turned back into the preset of 2026-11-26 (before the last one
 ]
 # the make-train preset of 2026-11-26 evening
 PRESET = [*TODAY, "trainer.per_device_batch_size=16", "trainer.lr=3e-4", "hw.precision=bf16"]
+# the make-train preset since 2026-11-26 night: PRESET with LoRA on every linear layer at lr 2e-4
+ALL_LINEAR = [*PRESET[:-2], "trainer.lr=2e-4", PRESET[-1], "model.lora.targets=all_linear"]
 ARMS: dict[str, list[str]] = {
     "preset": [],  # lr 2e-4 since this experiment (BASE: the make-train preset from 2026-11-25 to 2026-11-26)
     "lr5e-4": [OLD],  # the preset before it
@@ -158,40 +160,17 @@ ARMS: dict[str, list[str]] = {
     ],
     "today_bf16_rounds4": [*TODAY[:-2], "algo.dynamic_sampling.max_rounds=4", TODAY[-1], "hw.precision=bf16"],
     # on the make-train preset of 2026-11-26 evening (PRESET): more trainable capacity, since addition's carries and
-    # subtraction are what the runs miss (the units digit is right in almost every wrong addition); the first is the
-    # make-train preset since 2026-11-26 night
-    "p_all_linear_lr2e-4": [*PRESET[:-2], "trainer.lr=2e-4", PRESET[-1], "model.lora.targets=all_linear"],
-    "p_all_linear": [*PRESET, "model.lora.targets=all_linear"],  # at the preset's lr 3e-4
+    # subtraction are what the runs miss (the units digit is right in almost every wrong addition)
+    "p_all_linear_lr2e-4": ALL_LINEAR,  # the make-train preset since 2026-11-26 night
+    "p_all_linear": [*PRESET, "model.lora.targets=all_linear"],  # at the attention preset's lr 3e-4
     # all-linear at lr 2e-4 has a noisy last iterate (seed 0: 0.645 at one thread, 0.525 at two): decay the lr to 0 from
     # a higher start, or give it twice the rank
     "p_all_linear_linear_lr3e-4": [*PRESET, "model.lora.targets=all_linear", "trainer.lr_scheduler=linear"],
+    "p_all_linear_lr2e-4_r32": [*ALL_LINEAR, "model.lora.r=32", "model.lora.alpha=64"],
     # with trainable MLPs subtraction moves (seed 0: 0.28): give it half the training prompts (a third by default)
-    "p_all_linear_lr2e-4_sub0.5": [
-        *PRESET[:-2],
-        "trainer.lr=2e-4",
-        PRESET[-1],
-        "model.lora.targets=all_linear",
-        "++data.params.train_op_share=[0.5,0.5]",
-    ],
+    "p_all_linear_lr2e-4_sub0.5": [*ALL_LINEAR, "++data.params.train_op_share=[0.5,0.5]"],
     # sampling at temperature 1.0 (0.7 in the preset): more varied answers to subtraction, which the MLPs can now learn
-    "p_all_linear_lr2e-4_temp1.0": [
-        *PRESET[:-2],
-        "trainer.lr=2e-4",
-        PRESET[-1],
-        "model.lora.targets=all_linear",
-        "algo.generation.temperature=1.0",
-    ],
-    "p_all_linear_lr2e-4_r32": [
-        *PRESET[:-2],
-        "trainer.lr=2e-4",
-        PRESET[-1],
-        "model.lora.targets=all_linear",
-        "model.lora.r=32",
-        "model.lora.alpha=64",
-    ],
-    "p_r32": [*PRESET, "model.lora.r=32", "model.lora.alpha=64"],
-    # twice the prompts per step (8 x 4) for 45 steps: 4 prompts beat 2 at the same steps
-    "p_8prompts_steps45": [*TODAY[:-1], "trainer.max_steps=45", "trainer.per_device_batch_size=32", *PRESET[-2:]],
+    "p_all_linear_lr2e-4_temp1.0": [*ALL_LINEAR, "algo.generation.temperature=1.0"],
 }
 
 
