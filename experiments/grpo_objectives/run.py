@@ -171,6 +171,9 @@ ARMS: dict[str, list[str]] = {
     "p_all_linear_lr2e-4_sub0.5": [*ALL_LINEAR, "++data.params.train_op_share=[0.5,0.5]"],
     # sampling at temperature 1.0 (0.7 in the preset): more varied answers to subtraction, which the MLPs can now learn
     "p_all_linear_lr2e-4_temp1.0": [*ALL_LINEAR, "algo.generation.temperature=1.0"],
+    # today's preset at the two threads make train uses on this machine (run alone: --jobs 1); bf16 runs part with the
+    # thread count (results: the `make train ARGS="seed=S ..."` runs of 2026-11-26, the same overrides)
+    "p_all_linear_lr2e-4_threads2": [*ALL_LINEAR, "hw.threads=2"],
 }
 
 
@@ -209,7 +212,9 @@ def run(arm: str, seed: int, threads: int, extra: list[str]) -> str:
         return f"{arm} seed {seed}: done before"
     out.mkdir(parents=True, exist_ok=True)
     cmd = [sys.executable, str(ROOT / "train.py"), "+experiment=grpo_smollm2_add", *overrides(arm), *extra]
-    cmd += [f"seed={seed}", f"hw.threads={threads}", "trainer.progress_bar=false", "trainer.save_steps=0"]
+    if not any(o.startswith("hw.threads=") for o in ARMS[arm]):  # an arm may fix its own thread count
+        cmd.append(f"hw.threads={threads}")
+    cmd += [f"seed={seed}", "trainer.progress_bar=false", "trainer.save_steps=0"]
     cmd += [f"hydra.run.dir={out}"]
     with open(out / "run.log", "w") as log:
         code = subprocess.call(cmd, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)
