@@ -18,10 +18,9 @@ from pathlib import Path
 from scipy import stats
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from run import ARMS, base_arm
+from run import ARMS, MAKE_TRAIN_ARM, base_arm
 
 RESULTS = Path(__file__).resolve().parent / "results"
-PRESET_ARM = "p_all_linear_lr2e-4"  # the make-train preset, drawn in another colour
 FULL_FT_GAIN = 0.28  # full fine-tuning's mean gain over seeds 0-2 (experiments/grpo_smollm2), the bar
 
 
@@ -104,7 +103,8 @@ def main() -> None:
         values = list(gains[arm].values())
         mean, lo, hi = ci(values)
         ax.scatter(values, [i] * len(values), color="0.5", s=14, zorder=3)
-        ax.errorbar([mean], [i], xerr=[[mean - lo], [hi - mean]], fmt="o", color="C1" if arm == PRESET_ARM else "C0")
+        colour = "C1" if arm == MAKE_TRAIN_ARM else "C0"  # the make-train preset in orange
+        ax.errorbar([mean], [i], xerr=[[mean - lo], [hi - mean]], fmt="o", color=colour)
     ax.axvline(0, color="0.8", lw=1)
     ax.axvline(FULL_FT_GAIN, color="C2", lw=1, ls="--", label=f"full fine-tuning, +{FULL_FT_GAIN:.2f}")
     ax.set_yticks(range(len(shown)), shown)

@@ -47,7 +47,8 @@ TODAY = [  # BASE turned back into the preset of 2026-11-26 (before the last one
 ]
 # the make-train preset of 2026-11-26 evening
 PRESET = [*TODAY, "trainer.per_device_batch_size=16", "trainer.lr=3e-4", "hw.precision=bf16"]
-# the make-train preset since 2026-11-26 night: PRESET with LoRA on every linear layer at lr 2e-4
+# the make-train preset since 2026-11-26 night (arm MAKE_TRAIN_ARM): PRESET with LoRA on every linear layer at lr 2e-4
+MAKE_TRAIN_ARM = "p_all_linear_lr2e-4"
 ALL_LINEAR = [*PRESET[:-2], "trainer.lr=2e-4", PRESET[-1], "model.lora.targets=all_linear"]
 ARMS: dict[str, list[str]] = {
     "preset": [],  # lr 2e-4 since this experiment (BASE: the make-train preset from 2026-11-25 to 2026-11-26)
@@ -161,7 +162,7 @@ ARMS: dict[str, list[str]] = {
     "today_bf16_rounds4": [*TODAY[:-2], "algo.dynamic_sampling.max_rounds=4", TODAY[-1], "hw.precision=bf16"],
     # on the make-train preset of 2026-11-26 evening (PRESET): more trainable capacity, since addition's carries and
     # subtraction are what the runs miss (the units digit is right in almost every wrong addition)
-    "p_all_linear_lr2e-4": ALL_LINEAR,  # the make-train preset since 2026-11-26 night
+    MAKE_TRAIN_ARM: ALL_LINEAR,
     "p_all_linear": [*PRESET, "model.lora.targets=all_linear"],  # at the attention preset's lr 3e-4
     # all-linear at lr 2e-4 has a noisy last iterate (seed 0: 0.645 at one thread, 0.525 at two): decay the lr to 0 from
     # a higher start, or give it twice the rank
@@ -180,8 +181,8 @@ ARMS: dict[str, list[str]] = {
 def base_arm(arm: str) -> str:
     """The arm an arm's paired difference is taken against: the preset its single change was made on."""
     own = ARMS.get(arm, [])
-    if arm.startswith("p_all_linear") and arm != "p_all_linear_lr2e-4":  # variants of today's preset
-        return "p_all_linear_lr2e-4"
+    if arm.startswith("p_all_linear") and arm != MAKE_TRAIN_ARM:  # variants of today's preset
+        return MAKE_TRAIN_ARM
     if arm.startswith("p_"):  # the arms on PRESET
         return "today_bf16_4prompts_lr3e-4"
     if OLD in own and arm != "lr5e-4":
