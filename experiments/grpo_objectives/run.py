@@ -47,9 +47,15 @@ TODAY = [  # BASE turned back into the preset of 2026-11-26 (before the last one
 ]
 # the make-train preset of 2026-11-26 evening
 PRESET = [*TODAY, "trainer.per_device_batch_size=16", "trainer.lr=3e-4", "hw.precision=bf16"]
-# the make-train preset since 2026-11-26 night (arm MAKE_TRAIN_ARM): PRESET with LoRA on every linear layer at lr 2e-4
-MAKE_TRAIN_ARM = "p_all_linear_lr2e-4"
+# the make-train preset of 2026-11-26 night (arm ALL_LINEAR_ARM): PRESET with LoRA on every linear layer at lr 2e-4
+ALL_LINEAR_ARM = "p_all_linear_lr2e-4"
 ALL_LINEAR = [*PRESET[:-2], "trainer.lr=2e-4", PRESET[-1], "model.lora.targets=all_linear"]
+# the make-train preset since 2026-11-27: the same with hw=cpu's bf16 attention whose gradient does not depend on the
+# thread count, so that make train (two threads) is this arm's seed 0 (one thread) step for step
+MAKE_TRAIN_ARM = "p_all_linear_lr2e-4_invariant"
+# what hw=cpu's bf16 training used before 2026-11-27 (ATen's softmax backward, thread-dependent); `overrides` pins it
+# for every bf16 arm that does not choose its attention
+OLD_BF16_ATTENTION = "model.attn_implementation=eager"
 ARMS: dict[str, list[str]] = {
     "preset": [],  # lr 2e-4 since this experiment (BASE: the make-train preset from 2026-11-25 to 2026-11-26)
     "lr5e-4": [OLD],  # the preset before it
@@ -162,7 +168,7 @@ ARMS: dict[str, list[str]] = {
     "today_bf16_rounds4": [*TODAY[:-2], "algo.dynamic_sampling.max_rounds=4", TODAY[-1], "hw.precision=bf16"],
     # on the make-train preset of 2026-11-26 evening (PRESET): more trainable capacity, since addition's carries and
     # subtraction are what the runs miss (the units digit is right in almost every wrong addition)
-    MAKE_TRAIN_ARM: ALL_LINEAR,
+    ALL_LINEAR_ARM: ALL_LINEAR,
     "p_all_linear": [*PRESET, "model.lora.targets=all_linear"],  # at the attention preset's lr 3e-4
     # all-linear at lr 2e-4 has a noisy last iterate (seed 0: 0.645 at one thread, 0.525 at two): decay the lr to 0 from
     # a higher start, or give it twice the rank
@@ -175,14 +181,16 @@ ARMS: dict[str, list[str]] = {
     # today's preset at the two threads make train uses on this machine (run alone: --jobs 1); bf16 runs part with the
     # thread count (results: the `make train ARGS="seed=S ..."` runs of 2026-11-26, the same overrides)
     "p_all_linear_lr2e-4_threads2": [*ALL_LINEAR, "hw.threads=2"],
+    # the one op of a step that depended on the thread count, the attention softmax's backward, made order-fixed
+    MAKE_TRAIN_ARM: [*ALL_LINEAR, "model.attn_implementation=eager_thread_invariant"],
 }
 
 
 def base_arm(arm: str) -> str:
     """The arm an arm's paired difference is taken against: the preset its single change was made on."""
     own = ARMS.get(arm, [])
-    if arm.startswith("p_all_linear") and arm != MAKE_TRAIN_ARM:  # variants of today's preset
-        return MAKE_TRAIN_ARM
+    if arm.startswith("p_all_linear") and arm != ALL_LINEAR_ARM:  # variants of the all-linear preset
+        return ALL_LINEAR_ARM
     if arm.startswith("p_"):  # the arms on PRESET
         return "today_bf16_4prompts_lr3e-4"
     if OLD in own and arm != "lr5e-4":
@@ -193,10 +201,14 @@ def base_arm(arm: str) -> str:
 
 
 def overrides(arm: str) -> list[str]:
-    """BASE with the arm's own overrides in place of BASE's for the same keys."""
+    """BASE with the arm's own overrides in place of BASE's for the same keys; bf16 arms that do not choose their
+    attention keep the one they ran with (OLD_BF16_ATTENTION)."""
     own = ARMS[arm]
     keys = {o.split("=", 1)[0] for o in own}
-    return [o for o in BASE if o.split("=", 1)[0] not in keys] + own
+    out = [o for o in BASE if o.split("=", 1)[0] not in keys] + own
+    if "hw.precision=bf16" in out and "model.attn_implementation" not in keys:
+        out.append(OLD_BF16_ATTENTION)
+    return out
 
 
 def seeds(spec: str) -> list[int]:

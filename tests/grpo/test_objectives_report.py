@@ -27,6 +27,18 @@ def test_arms_pair_with_the_preset_they_changed():
     assert run.base_arm("today_lr3e-4") == today and run.base_arm("today_cosine_lr4e-4_steps95") == today
     assert run.base_arm(today) == "preset"
     assert run.seeds("0-2,4") == [0, 1, 2, 4]
+    # the make-train arm pairs with the all-linear preset it changed only in its attention's rounding
+    assert run.base_arm(run.MAKE_TRAIN_ARM) == run.ALL_LINEAR_ARM == run.base_arm("p_all_linear_lr2e-4_r32")
+
+
+def test_bf16_arms_keep_the_attention_they_ran_with():
+    """bf16 arms from before hw=cpu's thread-invariant attention pin plain eager; fp32 arms and the arms that choose
+    their attention are left as they are."""
+    run = _module("run")
+    attention = {arm: [o for o in run.overrides(arm) if o.startswith("model.attn_implementation=")] for arm in run.ARMS}
+    assert attention[run.ALL_LINEAR_ARM] == attention["today_bf16_4prompts_lr3e-4"] == [run.OLD_BF16_ATTENTION]
+    assert attention["preset"] == attention["dapo"] == []  # fp32: hw=cpu's sdpa, as they ran
+    assert attention[run.MAKE_TRAIN_ARM] == ["model.attn_implementation=eager_thread_invariant"]
 
 
 def test_report_table(tmp_path, monkeypatch, capsys):

@@ -123,6 +123,7 @@ def train_moments(
 ) -> tuple[list[Moment], dict[str, Any]]:
     """The moments of one micro-batch's backward and the terms they are made of."""
     attn = attn_implementation(cfg.model)
+    attn = "eager" if attn.startswith("eager") else attn  # eager_thread_invariant keeps what eager keeps
     gc = gradient_checkpointing(cfg)
     full = work.train_mode == "full"
     adapted = None if full else frozenset(_adapted(cfg, work))

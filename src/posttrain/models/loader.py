@@ -16,12 +16,14 @@ from transformers import AutoModelForCausalLM, AutoTokenizer, PretrainedConfig, 
 from posttrain.config.validate import ConfigError
 from posttrain.models.lora import apply_lora
 from posttrain.models.random_init import random_init_model
+from posttrain.models.thread_invariant_attention import register as register_thread_invariant_attention
 from posttrain.models.tokenizer import build_byte_tokenizer, chat_template
 
 _FAMILY_CONFIG = {"llama": "LlamaConfig", "gpt_oss": "GptOssConfig"}
 # PEFT and TRL still read `model.is_gradient_checkpointing` (deprecated in transformers 5): a warning on every run
 # that buries the one line a failing run prints. Only this message is silenced.
 warnings.filterwarnings("ignore", message=r"`is_gradient_checkpointing` is deprecated", category=FutureWarning)
+register_thread_invariant_attention()  # attn_implementation="eager_thread_invariant" (hw=cpu's bf16 training)
 
 
 def hf_config(model_cfg: DictConfig) -> PretrainedConfig:
