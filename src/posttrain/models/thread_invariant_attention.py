@@ -1,5 +1,5 @@
 """`attn_implementation="eager_thread_invariant"`: transformers' eager attention whose gradient does not depend on
-the number of CPU threads, so a seed trains to the same weights on 2 cores or 16.
+the number of CPU threads, so that a seed trains to the same weights at one thread and at two (the counts tested).
 
 ATen's CPU softmax backward (torch 2.13) splits its rows between threads in a way that changes how some rows are
 summed: on SmolLM2's attention shapes (e.g. [4, 9, 46, 46]) one and two threads give gradients one bf16 ulp apart.
