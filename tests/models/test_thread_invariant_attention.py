@@ -101,3 +101,11 @@ def test_a_model_loads_with_it_and_matches_eager(compose):
     assert torch.equal(logits, eager_logits)
     assert grad.abs().max() > 0
     torch.testing.assert_close(grad, eager_grad, rtol=1e-4, atol=1e-6)
+
+
+def test_refuses_attention_sinks():
+    """GPT-OSS passes its sinks as `s_aux`; ignoring them would silently run another model."""
+    q, k, v, mask, _ = _inputs(1, 5, torch.float32)
+    module = SimpleNamespace(num_key_value_groups=HEADS // KV_HEADS, training=False)
+    with pytest.raises(ValueError, match="sinks"):
+        eager_thread_invariant_attention(module, q, k, v, mask, scaling=1.0, s_aux=torch.zeros(HEADS))

@@ -57,7 +57,10 @@ def eager_thread_invariant_attention(
     dropout: float = 0.0,
     **kwargs,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Llama's `eager_attention_forward` with `fp32_softmax`."""
+    """Llama's `eager_attention_forward` with `fp32_softmax`; refuses attention sinks (GPT-OSS's `s_aux`), which it
+    does not implement."""
+    if kwargs.get("s_aux") is not None:
+        raise ValueError(f"attn_implementation={NAME!r} has no attention sinks (GPT-OSS): use eager for this model")
     groups = int(module.num_key_value_groups)  # type: ignore[arg-type]  # LlamaAttention's int attribute
     key_states = repeat_kv(key, groups)
     value_states = repeat_kv(value, groups)
