@@ -41,7 +41,7 @@ class _Fp32Softmax(torch.autograd.Function):
 
 
 def fp32_softmax(x: torch.Tensor) -> torch.Tensor:
-    """Softmax over the last dim in fp32 whose gradient is the same at any thread count."""
+    """Softmax over the last dim in fp32 whose backward reduces each row in one order, whatever the thread count."""
     if torch.is_grad_enabled() and x.requires_grad:
         return _Fp32Softmax.apply(x)
     return torch.softmax(x, dim=-1, dtype=torch.float32)
