@@ -183,12 +183,21 @@ ARMS: dict[str, list[str]] = {
     "p_all_linear_lr2e-4_threads2": [*ALL_LINEAR, "hw.threads=2"],
     # the one op of a step that depended on the thread count, the attention softmax's backward, made order-fixed
     MAKE_TRAIN_ARM: [*ALL_LINEAR, "model.attn_implementation=eager_thread_invariant"],
+    # on it (`p_inv_*`): partial credit per digit place beside the exact-match reward, at a quarter of its weight (at
+    # half, on the attention-only preset of 2026-11-26, it raised subtraction and cost addition more)
+    "p_inv_digits0.25": [
+        *ALL_LINEAR,
+        "model.attn_implementation=eager_thread_invariant",
+        DIGITS.replace("weight:0.5", "weight:0.25"),
+    ],
 }
 
 
 def base_arm(arm: str) -> str:
     """The arm an arm's paired difference is taken against: the preset its single change was made on."""
     own = ARMS.get(arm, [])
+    if arm.startswith("p_inv_"):  # variants of today's preset
+        return MAKE_TRAIN_ARM
     if arm.startswith("p_all_linear") and arm != ALL_LINEAR_ARM:  # variants of the all-linear preset
         return ALL_LINEAR_ARM
     if arm.startswith("p_"):  # the arms on PRESET

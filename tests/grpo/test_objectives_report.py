@@ -29,6 +29,7 @@ def test_arms_pair_with_the_preset_they_changed():
     assert run.seeds("0-2,4") == [0, 1, 2, 4]
     # the make-train arm pairs with the all-linear preset it changed only in its attention's rounding
     assert run.base_arm(run.MAKE_TRAIN_ARM) == run.ALL_LINEAR_ARM == run.base_arm("p_all_linear_lr2e-4_r32")
+    assert run.base_arm("p_inv_digits0.25") == run.MAKE_TRAIN_ARM
 
 
 def test_bf16_arms_keep_the_attention_they_ran_with():
