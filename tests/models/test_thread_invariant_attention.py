@@ -3,6 +3,8 @@ to rounding, and a bf16 gradient that is the same at one and two CPU threads (AT
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from types import SimpleNamespace
 
 import pytest
@@ -29,20 +31,27 @@ def _inputs(batch: int, seq: int, dtype: torch.dtype, seed: int = 0):
     return q, k, v, mask, grad_out
 
 
+@contextmanager
+def _threads(n: int | None) -> Iterator[None]:
+    """torch's intra-op thread count set to `n` (None: unchanged) for the block, then restored."""
+    before = torch.get_num_threads()
+    if n:
+        torch.set_num_threads(n)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
 def _attend(fn, inputs, threads: int | None = None):
     q, k, v, mask, grad_out = inputs
-    before = torch.get_num_threads()
-    if threads:
-        torch.set_num_threads(threads)
-    try:
+    with _threads(threads):
         for t in (q, k, v):
             t.grad = None
         module = SimpleNamespace(num_key_value_groups=HEADS // KV_HEADS, training=False)
         out, weights = fn(module, q, k, v, mask, scaling=DIM**-0.5)
         out.backward(grad_out)
         return out.detach(), weights.detach(), [t.grad.clone() for t in (q, k, v)]
-    finally:
-        torch.set_num_threads(before)
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
@@ -62,12 +71,8 @@ def _softmax_grad(softmax, threads: int) -> torch.Tensor:
     # bf16 attention scores of the preset's prompt pass (4 prompts x 9 heads x 46 x 46), as ATen's test case
     x = torch.randn(4, HEADS, 46, 46, generator=g).to(torch.bfloat16).requires_grad_()
     grad = torch.randn(4, HEADS, 46, 46, generator=g)
-    before = torch.get_num_threads()
-    torch.set_num_threads(threads)
-    try:
+    with _threads(threads):
         softmax(x).backward(grad)
-    finally:
-        torch.set_num_threads(before)
     return x.grad
 
 
