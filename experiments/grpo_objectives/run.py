@@ -56,6 +56,15 @@ MAKE_TRAIN_ARM = "p_all_linear_lr2e-4_invariant"
 # what hw=cpu's bf16 training used before 2026-11-27 (ATen's softmax backward, thread-dependent); `overrides` pins it
 # for every bf16 arm that does not choose its attention
 OLD_BF16_ATTENTION = "model.attn_implementation=eager"
+INVARIANT = [*ALL_LINEAR, "model.attn_implementation=eager_thread_invariant"]  # MAKE_TRAIN_ARM's overrides
+
+
+def _changed(arm: list[str], *changes: str) -> list[str]:
+    """`arm`'s overrides with `changes` in place of those for the same keys."""
+    keys = {c.split("=", 1)[0] for c in changes}
+    return [o for o in arm if o.split("=", 1)[0] not in keys] + list(changes)
+
+
 ARMS: dict[str, list[str]] = {
     "preset": [],  # lr 2e-4 since this experiment (BASE: the make-train preset from 2026-11-25 to 2026-11-26)
     "lr5e-4": [OLD],  # the preset before it
@@ -182,7 +191,7 @@ ARMS: dict[str, list[str]] = {
     # thread count (results: the `make train ARGS="seed=S ..."` runs of 2026-11-26, the same overrides)
     "p_all_linear_lr2e-4_threads2": [*ALL_LINEAR, "hw.threads=2"],
     # the one op of a step that depended on the thread count, the attention softmax's backward, made order-fixed
-    MAKE_TRAIN_ARM: [*ALL_LINEAR, "model.attn_implementation=eager_thread_invariant"],
+    MAKE_TRAIN_ARM: INVARIANT,
     # on it (`p_inv_*`): partial credit per digit place beside the exact-match reward, at a quarter of its weight (at
     # half, on the attention-only preset of 2026-11-26, it raised subtraction and cost addition more)
     "p_inv_digits0.25": [
@@ -190,6 +199,10 @@ ARMS: dict[str, list[str]] = {
         "model.attn_implementation=eager_thread_invariant",
         DIGITS.replace("weight:0.5", "weight:0.25"),
     ],
+    # LoRA+ (model.lora.loraplus_lr_ratio): B at the ratio times trainer.lr, A at trainer.lr. B starts at zero, so early
+    # on the adapters move with B's steps alone: B faster than today's 2e-4, A slower, within make train's 75 steps
+    "p_inv_loraplus4_lr1e-4": _changed(INVARIANT, "trainer.lr=1e-4", "model.lora.loraplus_lr_ratio=4"),
+    "p_inv_loraplus16_lr1e-4": _changed(INVARIANT, "trainer.lr=1e-4", "model.lora.loraplus_lr_ratio=16"),
 }
 
 

@@ -50,6 +50,8 @@ class LoraConfig:
     # GPT-OSS experts (batched nn.Parameters) through PEFT target_parameters.
     experts: bool = False
     expert_parameters: list[str] = field(default_factory=lambda: ["mlp.experts.gate_up_proj", "mlp.experts.down_proj"])
+    # LoRA+ (posttrain.lora_plus): B matrices at this multiple of trainer.lr; null: one lr for A and B (plain LoRA)
+    loraplus_lr_ratio: float | None = num(None, ge=1)
 
 
 @dataclass

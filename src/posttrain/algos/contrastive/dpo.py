@@ -32,6 +32,7 @@ from posttrain.algos.contrastive.trainer import ContrastiveCheckpointMixin
 from posttrain.checkpoints import AtomicCheckpointMixin
 from posttrain.data.contrastive import TripletCollator, TripletDataset, user_message
 from posttrain.guards import check_finite_loss
+from posttrain.lora_plus import LoraPlusMixin
 from posttrain.training_args import common_training_kwargs
 
 ROWS_PREFIX = "rows_"  # batch keys of the representation terms' rows (TRL's collator keeps none of its own)
@@ -66,10 +67,11 @@ class PairsWithRows:
         return batch
 
 
-class SecAlignDPOTrainer(ContrastiveCheckpointMixin, AtomicCheckpointMixin, DPOTrainer):
+class SecAlignDPOTrainer(ContrastiveCheckpointMixin, AtomicCheckpointMixin, LoraPlusMixin, DPOTrainer):
     def __init__(self, *args, run_cfg: DictConfig, head: ProjectionHead, **kwargs):
         super().__init__(*args, **kwargs)
         self.run_cfg = run_cfg
+        self.loraplus_lr_ratio = run_cfg.model.lora.loraplus_lr_ratio
         # the PEFT model TRL built, with the head: what the representation terms, checkpoints and evaluation read
         self._contrastive = ContrastiveModel(self.accelerator.unwrap_model(self.model), head, self.processing_class)
 

@@ -25,6 +25,7 @@ from posttrain.algos.contrastive.terms import loss_terms
 from posttrain.callbacks.loss_terms import LossTermsMixin
 from posttrain.checkpoints import AtomicCheckpointMixin
 from posttrain.guards import check_finite_loss
+from posttrain.lora_plus import LoraPlusMixin
 
 if TYPE_CHECKING:
     from transformers import Trainer as _TrainerBase
@@ -54,10 +55,11 @@ class ContrastiveCheckpointMixin(_TrainerBase):
         load_weights(self.contrastive_module(model), resume_from_checkpoint, self.run_cfg)
 
 
-class ContrastiveTrainer(ContrastiveCheckpointMixin, LossTermsMixin, AtomicCheckpointMixin, Trainer):
+class ContrastiveTrainer(ContrastiveCheckpointMixin, LossTermsMixin, AtomicCheckpointMixin, LoraPlusMixin, Trainer):
     def __init__(self, *args, run_cfg: DictConfig, **kwargs):
         super().__init__(*args, **kwargs)
         self.run_cfg = run_cfg
+        self.loraplus_lr_ratio = run_cfg.model.lora.loraplus_lr_ratio
 
     def compute_loss(
         self, model, inputs: dict[str, torch.Tensor], return_outputs: bool = False, num_items_in_batch: Any = None

@@ -157,6 +157,11 @@ def _expert_target(cfg: DictConfig, name: str) -> str | None:
 
 def _check_targets(cfg: DictConfig) -> None:
     """Generated LoRA wraps linear layers only: a MoE's experts are refused here, before any weight loads."""
+    if cfg.model.lora.loraplus_lr_ratio is not None:
+        raise ConfigError(
+            "model.lora.loraplus_lr_ratio with algo=d2l: D2L does not use model.lora (it trains a hypernetwork "
+            "that generates LoRA), so there are no LoRA B matrices to give a larger learning rate"
+        )
     if cfg.model.lora.experts:
         raise ConfigError(
             "model.lora.experts=true with algo=d2l: D2L does not use model.lora (it generates LoRA "

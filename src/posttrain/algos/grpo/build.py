@@ -136,6 +136,7 @@ def build_trainer(cfg: DictConfig, run_dir: Path, callbacks: list | None = None)
         dynamic_sampling_refill_groups=cfg.algo.dynamic_sampling.refill_groups,
         sampler_correction=cfg.algo.sampler_correction,
         share_prompts=cfg.algo.share_prompts,
+        loraplus_lr_ratio=cfg.model.lora.loraplus_lr_ratio if cfg.model.lora.enabled else None,
     )
     # after the trainer placed the policy on its device: the copy lands there too
     trainer.attach_rollout(

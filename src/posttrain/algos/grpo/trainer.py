@@ -57,10 +57,11 @@ from posttrain.guards import check_finite_loss, check_finite_weights
 from posttrain.kernels import (
     kl_per_token,
 )
+from posttrain.lora_plus import LoraPlusMixin
 from posttrain.rollout.engine import RolloutEngine
 
 
-class PosttrainGRPOTrainer(AtomicCheckpointMixin, DynamicSamplingMixin, KernelLossMixin, GRPOTrainer):
+class PosttrainGRPOTrainer(AtomicCheckpointMixin, LoraPlusMixin, DynamicSamplingMixin, KernelLossMixin, GRPOTrainer):
     args: GRPOConfig
     heldout_before: dict[str, Any] | None = None  # held-out accuracy of the starting model (data.heldout)
 
@@ -75,6 +76,7 @@ class PosttrainGRPOTrainer(AtomicCheckpointMixin, DynamicSamplingMixin, KernelLo
         dynamic_sampling_refill_groups: int | None = None,
         sampler_correction: bool = False,
         share_prompts: bool = False,
+        loraplus_lr_ratio: float | None = None,
         **kwargs,
     ):
         own_fp32_head = take_over_fp32_head(kwargs.get("args"), kwargs.get("model"))
@@ -101,6 +103,7 @@ class PosttrainGRPOTrainer(AtomicCheckpointMixin, DynamicSamplingMixin, KernelLo
         self.dynamic_sampling_refill_groups = dynamic_sampling_refill_groups  # per extra batch; None: the step's
         self.sampler_correction = sampler_correction  # importance-sample a rollout copy's samples (sampler_mismatch)
         self.share_prompts = share_prompts  # kernel path: each distinct prompt once (shared_prompt)
+        self.loraplus_lr_ratio = loraplus_lr_ratio
         self.rollout: RolloutEngine | None = None  # a merged-copy backend's engine (`attach_rollout`)
         self._rollout_step = self.state.global_step
         if kl_controller is not None:
