@@ -42,7 +42,7 @@ class LoraPlusMixin:
         kwargs = dict(kwargs)
         lr = kwargs.pop("lr", self.args.learning_rate)
         self.optimizer = create_loraplus_optimizer(
-            opt_model,
+            opt_model,  # type: ignore[arg-type]  # any module with lora_A / lora_B parameters
             optimizer_cls,
             lr=lr,
             loraplus_lr_ratio=self.loraplus_lr_ratio,
