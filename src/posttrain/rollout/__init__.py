@@ -42,6 +42,9 @@ _TABLE = (
     Backend("vllm", "TRL's vLLM engine, colocate or server mode (the gpu extra)", False, ("cpu", "cuda")),
 )
 BACKENDS: dict[str, Backend] = {b.name: b for b in _TABLE}
+# how a copy-based engine draws each token (`algo.generation.sampler`): transformers' torch.multinomial, or one uniform
+# per row inside a greedy generate (`posttrain.rollout.inverse_cdf`)
+SAMPLERS = ("multinomial", "inverse_cdf")
 
 
 def copy_dtype(backend: str, precision: str) -> str:
@@ -92,5 +95,6 @@ def build_engine(
         rollout_copy=rollout_copy,
         static_cache_len=cache_len,
         share_prompts=cfg.algo.share_prompts,
+        sampler=gen.sampler,
         name=gen.backend,
     )

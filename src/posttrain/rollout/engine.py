@@ -38,6 +38,7 @@ from transformers import GenerationConfig, LogitsProcessor, LogitsProcessorList,
 from transformers.generation import CompileConfig
 
 from posttrain.models.shared_prompt import prefill_distinct_prompts
+from posttrain.rollout.inverse_cdf import InverseCdfSampler, greedy_config
 from posttrain.rollout.merged_copy import RolloutCopy
 
 
@@ -137,6 +138,7 @@ class RolloutEngine:
         rollout_copy: RolloutCopy | None = None,
         static_cache_len: int | None = None,
         share_prompts: bool = True,
+        sampler: str = "multinomial",
         name: str = "hf",
     ):
         self.rollout_copy = rollout_copy
@@ -149,6 +151,12 @@ class RolloutEngine:
         self._caches: dict[int, StaticCache] = {}  # by batch size
         self.share_prompts = share_prompts  # dynamic cache: each distinct prompt prefilled once (shared_prompt)
         self.name = name
+        # inverse_cdf: sample inside a greedy generate (posttrain.rollout.inverse_cdf); multinomial: transformers'
+        self._inverse_cdf = None
+        if sampler == "inverse_cdf" and generation_config.do_sample:
+            self._inverse_cdf = (greedy_config(generation_config), InverseCdfSampler(generation_config))
+        elif sampler not in ("multinomial", "inverse_cdf"):  # posttrain.rollout.SAMPLERS
+            raise ValueError(f"rollout: sampler {sampler!r} is not multinomial or inverse_cdf")
 
     def sync(self, policy: torch.nn.Module) -> float:
         """Copy the policy's trained weights into the rollout copy; the seconds it took (device work included)."""
@@ -180,9 +188,16 @@ class RolloutEngine:
         if self.static_cache_len is not None:
             extra["past_key_values"] = self._static_cache(ids.size(0), ids.size(1))
         recorder = None
+        processors = LogitsProcessorList()
         if record:
             recorder = SamplerLogprobs(self.generation_config.temperature or 1.0)  # the learner's T, greedy or not
-            extra["logits_processor"] = LogitsProcessorList([recorder])
+            processors.append(recorder)
+        config = self.generation_config
+        if self._inverse_cdf is not None:
+            config, sampler = self._inverse_cdf
+            processors.append(sampler)  # after the recorder: it sees the model's scores
+        if processors:
+            extra["logits_processor"] = processors
         was_training = self.model.training
         self.model.eval()
         try:
@@ -193,7 +208,7 @@ class RolloutEngine:
             out = self.model.generate(
                 input_ids=ids,
                 attention_mask=mask,
-                generation_config=self.generation_config,
+                generation_config=config,
                 **extra,
             )
         finally:
