@@ -152,11 +152,9 @@ class RolloutEngine:
         self.share_prompts = share_prompts  # dynamic cache: each distinct prompt prefilled once (shared_prompt)
         self.name = name
         # inverse_cdf: sample inside a greedy generate (posttrain.rollout.inverse_cdf); multinomial: transformers'
-        self._inverse_cdf = None
-        if sampler == "inverse_cdf" and generation_config.do_sample:
-            self._inverse_cdf = (greedy_config(generation_config), InverseCdfSampler(generation_config))
-        elif sampler not in ("multinomial", "inverse_cdf"):  # posttrain.rollout.SAMPLERS
+        if sampler not in ("multinomial", "inverse_cdf"):  # posttrain.rollout.SAMPLERS
             raise ValueError(f"rollout: sampler {sampler!r} is not multinomial or inverse_cdf")
+        self.sampler = sampler
 
     def sync(self, policy: torch.nn.Module) -> float:
         """Copy the policy's trained weights into the rollout copy; the seconds it took (device work included)."""
@@ -193,9 +191,9 @@ class RolloutEngine:
             recorder = SamplerLogprobs(self.generation_config.temperature or 1.0)  # the learner's T, greedy or not
             processors.append(recorder)
         config = self.generation_config
-        if self._inverse_cdf is not None:
-            config, sampler = self._inverse_cdf
-            processors.append(sampler)  # after the recorder: it sees the model's scores
+        if self.sampler == "inverse_cdf" and config.do_sample:  # read per call: the config may be changed in place
+            processors.append(InverseCdfSampler(config))  # after the recorder: that one sees the model's scores
+            config = greedy_config(config)
         if processors:
             extra["logits_processor"] = processors
         was_training = self.model.training
