@@ -98,7 +98,15 @@ def test_seeded_and_logprobs_are_the_models(tiny):
 
 
 def test_backends_without_a_copy_refuse_it():
+    from posttrain.hardware import apply_profile
+
+    with pytest.raises(ConfigError, match="vLLM samples itself"):
+        load_config(["model=tiny_llama", "algo.generation.sampler=inverse_cdf", "algo.generation.backend=vllm"])
+    tiny_on_cpu = load_config(["model=tiny_llama", "hw=cpu", "algo.generation.sampler=inverse_cdf"])
     with pytest.raises(ConfigError, match="rollout copy's sampler"):
-        load_config(["model=tiny_llama", "algo.generation.sampler=inverse_cdf", "algo.generation.backend=hf"])
-    cfg = load_config(["model=tiny_llama", "algo.generation.sampler=inverse_cdf", "algo.generation.backend=bf16_copy"])
-    assert cfg.algo.generation.sampler == "inverse_cdf"
+        apply_profile(tiny_on_cpu)  # tiny random models keep sampling from the policy (backend hf)
+    cfg = load_config(
+        ["model=tiny_llama", "hw=cpu", "algo.generation.sampler=inverse_cdf", "algo.generation.backend=bf16_copy"]
+    )
+    apply_profile(cfg)
+    assert cfg.algo.generation.sampler == "inverse_cdf" and cfg.algo.generation.backend == "bf16_copy"

@@ -16,6 +16,8 @@ from omegaconf import DictConfig, open_dict
 
 from posttrain.algos.base import Algorithm, Workload
 from posttrain.algos.grpo.config import GRPOAlgoConfig, check_kernel, kernel_refusal, validate_grpo
+from posttrain.errors import ConfigError
+from posttrain.rollout import BACKENDS as ROLLOUT_BACKENDS
 
 GPU_COPY_SHARE = 0.05  # of hw.device_gib: the largest rollout copy a GPU profile's generation backend makes
 
@@ -78,6 +80,11 @@ class GRPO(Algorithm):
                 and (hw.device != "cuda" or _copy_share(cfg) <= GPU_COPY_SHARE)
             ):
                 gen.backend = applied["algo.generation.backend"] = backend
+        if gen.sampler != "multinomial" and not ROLLOUT_BACKENDS[gen.backend].merged_copy:
+            raise ConfigError(
+                f"algo.generation.sampler={gen.sampler} is a rollout copy's sampler (algo.generation.backend="
+                f"bf16_copy or static, which hw=cpu picks for pretrained models); {gen.backend} samples with TRL's"
+            )
         return applied
 
     def workload(self, cfg: DictConfig) -> Workload:

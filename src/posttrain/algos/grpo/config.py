@@ -164,11 +164,8 @@ def validate_grpo(cfg: DictConfig) -> None:
             f"algo.sampler_correction=true corrects a merged rollout copy; algo.generation.backend={rollout.name} "
             f"samples from {'vLLM' if rollout.name == 'vllm' else 'the policy itself'} (use {hint})"
         )
-    if algo.generation.sampler != "multinomial" and not rollout.merged_copy:
-        raise ConfigError(
-            f"algo.generation.sampler={algo.generation.sampler} is a rollout copy's sampler (bf16_copy or static); "
-            f"algo.generation.backend={rollout.name} samples with {'vLLM' if rollout.name == 'vllm' else 'TRL'}'s"
-        )
+    if algo.generation.sampler != "multinomial" and rollout.name == "vllm":
+        raise ConfigError(f"algo.generation.sampler={algo.generation.sampler} is a rollout copy's; vLLM samples itself")
     if algo.dynamic_sampling.enabled and cfg.hw.num_devices > 1:
         raise ConfigError("algo.dynamic_sampling.enabled=true runs on one process (hw.num_devices=1)")
     if algo.kl.beta_min > algo.kl.beta_max:
