@@ -50,13 +50,19 @@ PRESET = [*TODAY, "trainer.per_device_batch_size=16", "trainer.lr=3e-4", "hw.pre
 # the make-train preset of 2026-11-26 night (arm ALL_LINEAR_ARM): PRESET with LoRA on every linear layer at lr 2e-4
 ALL_LINEAR_ARM = "p_all_linear_lr2e-4"
 ALL_LINEAR = [*PRESET[:-2], "trainer.lr=2e-4", PRESET[-1], "model.lora.targets=all_linear"]
-# the make-train preset since 2026-11-27: the same with hw=cpu's bf16 attention whose gradient does not depend on the
-# thread count, so that make train (two threads) is this arm's seed 0 (one thread) step for step
-MAKE_TRAIN_ARM = "p_all_linear_lr2e-4_invariant"
+# the make-train preset of 2026-11-27 (night): the same with hw=cpu's bf16 attention whose gradient does not depend on
+# the thread count; the `p_inv_*` arms are single changes on it
+INVARIANT_ARM = "p_all_linear_lr2e-4_invariant"
+# the make-train preset since 2026-11-27: INVARIANT_ARM with hw=cpu's inverse-CDF sampler, so that make train (two
+# threads) is this arm's seed 0 (one thread) step for step
+MAKE_TRAIN_ARM = "p_inv_inverse_cdf"
 # what hw=cpu's bf16 training used before 2026-11-27 (ATen's softmax backward, thread-dependent); `overrides` pins it
 # for every bf16 arm that does not choose its attention
 OLD_BF16_ATTENTION = "model.attn_implementation=eager"
-INVARIANT = [*ALL_LINEAR, "model.attn_implementation=eager_thread_invariant"]  # MAKE_TRAIN_ARM's overrides
+INVARIANT = [*ALL_LINEAR, "model.attn_implementation=eager_thread_invariant"]  # INVARIANT_ARM's overrides
+# how the rollout copy drew its tokens before hw=cpu's inverse_cdf (2026-11-27); `overrides` pins it for every arm that
+# does not choose its sampler
+OLD_SAMPLER = "algo.generation.sampler=multinomial"
 
 
 def _changed(arm: list[str], *changes: str) -> list[str]:
@@ -191,7 +197,7 @@ ARMS: dict[str, list[str]] = {
     # thread count (results: the `make train ARGS="seed=S ..."` runs of 2026-11-26, the same overrides)
     "p_all_linear_lr2e-4_threads2": [*ALL_LINEAR, "hw.threads=2"],
     # the one op of a step that depended on the thread count, the attention softmax's backward, made order-fixed
-    MAKE_TRAIN_ARM: INVARIANT,
+    INVARIANT_ARM: INVARIANT,
     # on it (`p_inv_*`): partial credit per digit place beside the exact-match reward, at a quarter of its weight (at
     # half, on the attention-only preset of 2026-11-26, it raised subtraction and cost addition more)
     "p_inv_digits0.25": [
@@ -205,15 +211,15 @@ ARMS: dict[str, list[str]] = {
     "p_inv_loraplus16_lr1e-4": _changed(INVARIANT, "trainer.lr=1e-4", "model.lora.loraplus_lr_ratio=16"),
     # the rollout copy drawing each token with one uniform per row instead of torch.multinomial (one exponential per
     # vocabulary entry on a CPU): the same distribution, another random stream, ~a tenth less time per step
-    "p_inv_inverse_cdf": _changed(INVARIANT, "algo.generation.sampler=inverse_cdf"),
+    MAKE_TRAIN_ARM: _changed(INVARIANT, "algo.generation.sampler=inverse_cdf"),
 }
 
 
 def base_arm(arm: str) -> str:
     """The arm an arm's paired difference is taken against: the preset its single change was made on."""
     own = ARMS.get(arm, [])
-    if arm.startswith("p_inv_"):  # variants of today's preset
-        return MAKE_TRAIN_ARM
+    if arm.startswith("p_inv_"):  # variants of the thread-invariant preset, today's among them
+        return INVARIANT_ARM
     if arm.startswith("p_all_linear") and arm != ALL_LINEAR_ARM:  # variants of the all-linear preset
         return ALL_LINEAR_ARM
     if arm.startswith("p_"):  # the arms on PRESET
@@ -227,12 +233,15 @@ def base_arm(arm: str) -> str:
 
 def overrides(arm: str) -> list[str]:
     """BASE with the arm's own overrides in place of BASE's for the same keys; bf16 arms that do not choose their
-    attention keep the one they ran with (OLD_BF16_ATTENTION)."""
+    attention keep the one they ran with (OLD_BF16_ATTENTION), and arms that do not choose their sampler
+    torch.multinomial (OLD_SAMPLER)."""
     own = ARMS[arm]
     keys = {o.split("=", 1)[0] for o in own}
     out = [o for o in BASE if o.split("=", 1)[0] not in keys] + own
     if "hw.precision=bf16" in out and "model.attn_implementation" not in keys:
         out.append(OLD_BF16_ATTENTION)
+    if "algo.generation.sampler" not in keys:
+        out.append(OLD_SAMPLER)
     return out
 
 

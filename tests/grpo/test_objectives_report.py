@@ -28,8 +28,9 @@ def test_arms_pair_with_the_preset_they_changed():
     assert run.base_arm(today) == "preset"
     assert run.seeds("0-2,4") == [0, 1, 2, 4]
     # the make-train arm pairs with the all-linear preset it changed only in its attention's rounding
-    assert run.base_arm(run.MAKE_TRAIN_ARM) == run.ALL_LINEAR_ARM == run.base_arm("p_all_linear_lr2e-4_r32")
-    assert run.base_arm("p_inv_digits0.25") == run.MAKE_TRAIN_ARM
+    assert run.base_arm(run.INVARIANT_ARM) == run.ALL_LINEAR_ARM == run.base_arm("p_all_linear_lr2e-4_r32")
+    # the p_inv_* arms, today's make-train arm among them, are single changes on the thread-invariant preset
+    assert run.base_arm("p_inv_digits0.25") == run.base_arm(run.MAKE_TRAIN_ARM) == run.INVARIANT_ARM
 
 
 def test_bf16_arms_keep_the_attention_they_ran_with():
@@ -39,7 +40,19 @@ def test_bf16_arms_keep_the_attention_they_ran_with():
     attention = {arm: [o for o in run.overrides(arm) if o.startswith("model.attn_implementation=")] for arm in run.ARMS}
     assert attention[run.ALL_LINEAR_ARM] == attention["today_bf16_4prompts_lr3e-4"] == [run.OLD_BF16_ATTENTION]
     assert attention["preset"] == attention["dapo"] == []  # fp32: hw=cpu's sdpa, as they ran
-    assert attention[run.MAKE_TRAIN_ARM] == ["model.attn_implementation=eager_thread_invariant"]
+    assert (
+        attention[run.INVARIANT_ARM]
+        == attention[run.MAKE_TRAIN_ARM]
+        == ["model.attn_implementation=eager_thread_invariant"]
+    )
+
+
+def test_arms_keep_the_sampler_they_ran_with():
+    """Every arm from before hw=cpu's inverse-CDF sampler pins torch.multinomial; the make-train arm chooses its own."""
+    run = _module("run")
+    sampler = {arm: [o for o in run.overrides(arm) if o.startswith("algo.generation.sampler=")] for arm in run.ARMS}
+    assert sampler[run.MAKE_TRAIN_ARM] == ["algo.generation.sampler=inverse_cdf"]
+    assert all(v == [run.OLD_SAMPLER] for arm, v in sampler.items() if arm != run.MAKE_TRAIN_ARM)
 
 
 def test_report_table(tmp_path, monkeypatch, capsys):

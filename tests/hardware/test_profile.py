@@ -60,9 +60,10 @@ def test_auto_precision_is_bf16_only_for_pretrained_models_on_bf16_cpus(
     assert cfg.model.attn_implementation == ("eager_thread_invariant" if expected == "bf16" else "sdpa")
     # the rollout copy comes with a pretrained model (bf16 or fp32 training), and the command line's backend wins
     assert cfg.algo.generation.backend == ("hf" if tiny else "bf16_copy")
-    cfg.hw.precision, cfg.algo.generation.backend = "auto", "hf"
+    assert cfg.algo.generation.sampler == ("multinomial" if tiny else "inverse_cdf")  # the copy's sampler on a CPU
+    cfg.hw.precision, cfg.algo.generation.backend, cfg.algo.generation.sampler = "auto", "hf", "multinomial"
     apply_profile(cfg, overrides={"algo.generation.backend"})
-    assert cfg.algo.generation.backend == "hf"
+    assert cfg.algo.generation.backend == "hf" and cfg.algo.generation.sampler == "multinomial"
 
 
 def test_bf16_param_dtype_only_where_the_model_dtype_is_auto(compose):

@@ -116,6 +116,9 @@ class HwConfig:
     # algo.generation.backend when training runs in bf16, or on a CPU for a pretrained model, and the command line
     # left it (cpu: bf16_copy)
     generation_backend: str | None = MISSING
+    # algo.generation.sampler of a rollout copy unless the command line chose (cpu: inverse_cdf, torch.multinomial
+    # being slow there); null: keep the algorithm's
+    generation_sampler: str | None = MISSING
     vllm_mode: str | None = MISSING  # null | colocate | server
     # share of device memory a colocated vLLM reserves (vLLM: (0, 1]); 0 on devices without vLLM
     vllm_gpu_memory_utilization: float = num(MISSING, ge=0, le=1)

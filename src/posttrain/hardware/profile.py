@@ -20,7 +20,8 @@ What a profile decides and where it lands:
   set it (rounded up to a multiple of the algorithm's `batch_multiple`).
 - generation: `hw.generation_backend` for `algo.generation.backend` when training runs in bf16 (on a CPU also in
   fp32 for a pretrained model) and the command line left the backend alone (hw=cpu: `bf16_copy`, a bf16 copy of
-  the policy samples the rollouts; the algorithm's `apply_hardware`).
+  the policy samples the rollouts; the algorithm's `apply_hardware`), and `hw.generation_sampler` for a copy's
+  `algo.generation.sampler` unless the command line chose (hw=cpu: `inverse_cdf`).
 - vLLM: `hw.vllm_mode` for `algo.generation.vllm_mode` unless the command line set it.
 - kernels: `hw.kernels` replaces the default `kernels=trl` unless the command line chose one (tpu: pallas); the
   algorithm's `apply_hardware` swaps it for a kernel that can when it cannot compute the configured loss.

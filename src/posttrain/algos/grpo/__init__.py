@@ -56,7 +56,8 @@ class GRPO(Algorithm):
         random models keep sampling from the policy (their tests compare runs exactly). On a GPU a merged copy
         is a second set of weights, and it pays where decoding is bound by per-token launches, i.e. for small
         models: it applies only while the copy takes at most GPU_COPY_SHARE of the device (SmolLM2-135M and
-        Llama-3.2-1B on an H200, not GPT-OSS-20B)."""
+        Llama-3.2-1B on an H200, not GPT-OSS-20B). A copy draws its tokens with `hw.generation_sampler` where the
+        profile has one and the command line did not choose (hw=cpu: inverse_cdf)."""
         hw, gen = cfg.hw, cfg.algo.generation
         applied: dict[str, Any] = {}
         with open_dict(cfg):
@@ -80,7 +81,11 @@ class GRPO(Algorithm):
                 and (hw.device != "cuda" or _copy_share(cfg) <= GPU_COPY_SHARE)
             ):
                 gen.backend = applied["algo.generation.backend"] = backend
-        if gen.sampler != "multinomial" and not ROLLOUT_BACKENDS[gen.backend].merged_copy:
+        sampler = hw.get("generation_sampler")
+        copy_backend = ROLLOUT_BACKENDS[gen.backend].merged_copy
+        if sampler and copy_backend and "algo.generation.sampler" not in given and gen.sampler != sampler:
+            gen.sampler = applied["algo.generation.sampler"] = sampler
+        if gen.sampler != "multinomial" and not copy_backend:
             raise ConfigError(
                 f"algo.generation.sampler={gen.sampler} is a rollout copy's sampler (algo.generation.backend="
                 f"bf16_copy or static, which hw=cpu picks for pretrained models); {gen.backend} samples with TRL's"
