@@ -43,7 +43,15 @@ PRECISIONS: dict[str, tuple[str, ...]] = {
 PARAM_DTYPE = {"bf16_weights": torch.bfloat16, "fp32_master": torch.float32}
 COMMON = ("trainer.max_steps=2", "trainer.lr=1e-3", "trainer.save_steps=0", "trainer.progress_bar=false")
 ALGOS: dict[str, tuple[str, ...]] = {
-    "grpo": ("algo=grpo", "trainer.per_device_batch_size=4", "algo.num_generations=2", "algo.max_completion_length=6"),
+    # every trainable tensor must move in two steps, so step 1 needs a group with unequal rewards (B moves, then A):
+    # torch.multinomial's draw gives one with this seed (hw=cpu's inverse-CDF draw, another stream, does not)
+    "grpo": (
+        "algo=grpo",
+        "trainer.per_device_batch_size=4",
+        "algo.num_generations=2",
+        "algo.max_completion_length=6",
+        "algo.generation.sampler=multinomial",
+    ),
     "d2l": (
         "algo=d2l",
         "data=d2l_synth",
