@@ -7,8 +7,8 @@
 
 `generate` does what TRL's GRPOTrainer does on its transformers path (left padding, `model.generate` with the
 trainer's `GenerationConfig`, everything after the first EOS dropped), so an engine over the same model and
-configuration samples exactly TRL's tokens (with the default `multinomial` sampler); what the engines change is the model (`RolloutCopy`) and the
-configuration. With `static_cache_len` the engine passes `generate` a `StaticCache` of that many positions, one
+configuration samples exactly TRL's tokens (with the default `multinomial` sampler); what the engines change is
+the model (`RolloutCopy`) and the configuration. With `static_cache_len` the engine passes `generate` a `StaticCache` of that many positions, one
 per batch size, allocated once and reset before every call (so its buffers keep their addresses, as CUDA graphs
 need), and `static_generation_config` turns on transformers' own compilation of the decode step (`torch.compile` of
 the forward; CUDA graphs with `mode="reduce-overhead"` on CUDA). The prefill runs uncompiled (its shape follows the
