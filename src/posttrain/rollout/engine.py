@@ -7,14 +7,15 @@
 
 `generate` does what TRL's GRPOTrainer does on its transformers path (left padding, `model.generate` with the
 trainer's `GenerationConfig`, everything after the first EOS dropped), so an engine over the same model and
-configuration samples exactly TRL's tokens (with the default `multinomial` sampler); what the engines change is
-the model (`RolloutCopy`) and the configuration. With `static_cache_len` the engine passes `generate` a `StaticCache` of that many positions, one
-per batch size, allocated once and reset before every call (so its buffers keep their addresses, as CUDA graphs
-need), and `static_generation_config` turns on transformers' own compilation of the decode step (`torch.compile` of
-the forward; CUDA graphs with `mode="reduce-overhead"` on CUDA). The prefill runs uncompiled (its shape follows the
-prompt length); every decode step has one shape (batch x 1 token against `static_cache_len` cached positions), so it
-compiles once per batch size. With `sampler="inverse_cdf"` each token is drawn by `InverseCdfSampler` inside a
-greedy `generate` instead of by transformers' `torch.multinomial` (posttrain.rollout.inverse_cdf: slow on a CPU).
+configuration samples exactly TRL's tokens (with the default `multinomial` sampler); what the engines change is the
+model (`RolloutCopy`) and the configuration. With `static_cache_len` the engine passes `generate` a `StaticCache` of
+that many positions, one per batch size, allocated once and reset before every call (so its buffers keep their
+addresses, as CUDA graphs need), and `static_generation_config` turns on transformers' own compilation of the decode
+step (`torch.compile` of the forward; CUDA graphs with `mode="reduce-overhead"` on CUDA). The prefill runs
+uncompiled (its shape follows the prompt length); every decode step has one shape (batch x 1 token against
+`static_cache_len` cached positions), so it compiles once per batch size. With `sampler="inverse_cdf"` each token is
+drawn by `InverseCdfSampler` inside a greedy `generate` instead of by transformers' `torch.multinomial`
+(posttrain.rollout.inverse_cdf: slow on a CPU).
 
 The sampler's log-probabilities (`generate_with_logprobs`, what the trainer compares with the learner's to measure
 and correct the sampler/learner mismatch) are recorded during decoding by `SamplerLogprobs`: log softmax(logits / T)
