@@ -5,10 +5,13 @@ from __future__ import annotations
 
 import random
 
+import pytest
 import torch
 from trl import GRPOTrainer
 
 from posttrain.algos.grpo.dynamic_sampling import informative_groups, merge_groups
+from posttrain.config.compose import load_config
+from posttrain.config.validate import ConfigError
 from tests.grpo.helpers import make_trainer
 
 
@@ -104,6 +107,57 @@ def test_refill_batches_sample_refill_groups_prompts_and_keep_the_step_size(tmp_
     assert batch["advantages"].numel() == n_groups * k
     extra = trainer._metrics["train"]["dynamic_sampling/extra_generations"][-1]
     assert extra == (len(sizes) - 1) * 5 * k
+
+
+def test_upfront_rounds_are_generated_with_the_step_batch_in_one_call(tmp_path, monkeypatch):
+    """`algo.dynamic_sampling.upfront_rounds`: that many extra batches join the step's own generation call; further
+    rounds (up to max_rounds) follow only while the step is short, and the picks are the informative groups in
+    generation order, as when every batch is generated in turn."""
+    trainer = make_trainer(tmp_path, "algo.max_completion_length=4", reward=_prompt_gated_reward)
+    trainer.dynamic_sampling_rounds, trainer.dynamic_sampling_refill_groups = 3, 2
+    trainer.dynamic_sampling_upfront = 2
+    k = trainer.num_generations
+    inputs = next(iter(trainer.get_train_dataloader()))
+    n_groups = len(inputs) // k
+    outs: list[dict] = []
+    original = GRPOTrainer._generate_and_score_completions
+
+    def recording(self, rows):
+        out = original(self, rows)
+        if not outs:  # the step's own groups teach nothing: the upfront groups must fill the step first
+            own = torch.zeros(n_groups * k)
+            out = {**out, "advantages": torch.cat([own, out["advantages"][n_groups * k :]])}
+        outs.append(out)
+        return out
+
+    monkeypatch.setattr(GRPOTrainer, "_generate_and_score_completions", recording)
+    trainer.model.train()
+    batch = trainer._generate_and_score_completions(inputs)
+    sizes = [len(out["advantages"]) for out in outs]
+    assert sizes[0] == (n_groups + 2 * 2) * k  # the step's groups and two refills of 2 prompts, in one call
+    keeps = [informative_groups(out["advantages"], k) for out in outs]
+    assert len(sizes) == 1 or (sizes[1:] == [2 * k] and int(keeps[0].sum()) < n_groups)  # more only when short
+    picked = informative_groups(batch["advantages"], k)
+    available = sum(int(keep.sum()) for keep in keeps)
+    assert len(picked) == n_groups and int(picked.sum()) == min(available, n_groups)
+    metrics = trainer._metrics["train"]
+    assert metrics["dynamic_sampling/zero_std_frac"][-1] == 1.0  # the step's own groups, not the upfront ones
+    assert metrics["dynamic_sampling/extra_generations"][-1] == (2 + len(sizes) - 1) * 2 * k
+    assert keeps[0].any(), "no upfront group was informative: the reward gives every other prompt unequal rewards"
+    first = int(torch.nonzero(keeps[0]).flatten()[0])  # generation order: the first informative upfront group leads
+    width = outs[0]["completion_ids"].size(1)
+    assert torch.equal(batch["completion_ids"][:k, :width], outs[0]["completion_ids"][first * k : (first + 1) * k])
+
+
+@pytest.mark.parametrize("upfront, ok", [(2, True), (3, False)])
+def test_upfront_rounds_are_at_most_max_rounds(upfront, ok):
+    overrides = ["algo.dynamic_sampling.enabled=true", "algo.dynamic_sampling.max_rounds=2"]
+    overrides.append(f"algo.dynamic_sampling.upfront_rounds={upfront}")
+    if ok:
+        assert load_config(overrides).algo.dynamic_sampling.upfront_rounds == upfront
+        return
+    with pytest.raises(ConfigError, match=r"^algo\.dynamic_sampling\.upfront_rounds=3 is more than max_rounds=2"):
+        load_config(overrides)
 
 
 def test_dynamic_sampling_trains(tmp_path):

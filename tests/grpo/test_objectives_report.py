@@ -31,6 +31,9 @@ def test_arms_pair_with_the_preset_they_changed():
     assert run.base_arm(run.INVARIANT_ARM) == run.ALL_LINEAR_ARM == run.base_arm("p_all_linear_lr2e-4_r32")
     # the p_inv_* arms, today's make-train arm among them, are single changes on the thread-invariant preset
     assert run.base_arm("p_inv_digits0.25") == run.base_arm(run.MAKE_TRAIN_ARM) == run.INVARIANT_ARM
+    # the p_cdf_* arms are single changes on today's make-train preset
+    assert run.base_arm("p_cdf_upfront2") == run.MAKE_TRAIN_ARM
+    assert run.ARMS["p_cdf_upfront2"] == [*run.ARMS[run.MAKE_TRAIN_ARM], "algo.dynamic_sampling.upfront_rounds=2"]
 
 
 def test_bf16_arms_keep_the_attention_they_ran_with():
@@ -48,11 +51,13 @@ def test_bf16_arms_keep_the_attention_they_ran_with():
 
 
 def test_arms_keep_the_sampler_they_ran_with():
-    """Every arm from before hw=cpu's inverse-CDF sampler pins torch.multinomial; the make-train arm chooses its own."""
+    """Every arm from before hw=cpu's inverse-CDF sampler pins torch.multinomial; the make-train arm and the arms on it
+    (`p_cdf_*`) choose their own."""
     run = _module("run")
     sampler = {arm: [o for o in run.overrides(arm) if o.startswith("algo.generation.sampler=")] for arm in run.ARMS}
-    assert sampler[run.MAKE_TRAIN_ARM] == ["algo.generation.sampler=inverse_cdf"]
-    assert all(v == [run.OLD_SAMPLER] for arm, v in sampler.items() if arm != run.MAKE_TRAIN_ARM)
+    on_cdf = [arm for arm in run.ARMS if arm == run.MAKE_TRAIN_ARM or arm.startswith("p_cdf_")]
+    assert len(on_cdf) >= 2 and all(sampler[arm] == ["algo.generation.sampler=inverse_cdf"] for arm in on_cdf)
+    assert all(v == [run.OLD_SAMPLER] for arm, v in sampler.items() if arm not in on_cdf)
 
 
 def test_report_table(tmp_path, monkeypatch, capsys):

@@ -134,6 +134,7 @@ def build_trainer(cfg: DictConfig, run_dir: Path, callbacks: list | None = None)
         reward_hist_default=cfg.data.name,
         dynamic_sampling_rounds=cfg.algo.dynamic_sampling.max_rounds if cfg.algo.dynamic_sampling.enabled else 0,
         dynamic_sampling_refill_groups=cfg.algo.dynamic_sampling.refill_groups,
+        dynamic_sampling_upfront=cfg.algo.dynamic_sampling.upfront_rounds,
         sampler_correction=cfg.algo.sampler_correction,
         share_prompts=cfg.algo.share_prompts,
         loraplus_lr_ratio=cfg.model.lora.loraplus_lr_ratio if cfg.model.lora.enabled else None,

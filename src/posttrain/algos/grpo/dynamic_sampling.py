@@ -2,6 +2,9 @@
 drop such groups and generate more until the generation batch is full again (`DynamicSamplingMixin`, before
 `GRPOTrainer` in a trainer's bases; `dynamic_sampling_rounds` > 0 turns it on and caps the extra generation batches
 per step, `dynamic_sampling_refill_groups` sets how many prompts each extra batch samples: DAPO's gen_prompt_bsz).
+`dynamic_sampling_upfront` of those extra batches are generated with the step's own, in one batch: where most steps
+need them anyway, one decode of the larger batch takes far less time than several in turn (rows share each decode
+step's weight reads); the groups picked are the same as if the batches had been generated in turn.
 
 A group is informative when any member's advantage is non-zero (with every reward scaling a group of equal rewards
 has exactly zero advantages). The merged batch takes informative groups in generation order up to the batch's group
@@ -74,19 +77,21 @@ class DynamicSamplingMixin:
 
     dynamic_sampling_rounds: int = 0
     dynamic_sampling_refill_groups: int | None = None
+    dynamic_sampling_upfront: int = 0
     _extra_epochs: int = 0
     train_dataset: Any  # GRPOTrainer's
     args: Any
 
     def _generate_and_score_completions(self, inputs):
-        scored = super()._generate_and_score_completions(inputs)
         if not self.dynamic_sampling_rounds or not self.model.training:
-            return scored
+            return super()._generate_and_score_completions(inputs)
         k = self.num_generations
         n_groups = len(inputs) // k
-        batches, keeps = [scored], [informative_groups(scored["advantages"], k)]
-        rounds = 0
         refill = self.dynamic_sampling_refill_groups or n_groups
+        rounds = min(self.dynamic_sampling_upfront, self.dynamic_sampling_rounds)
+        upfront = [row for row in self._more_prompts(refill * rounds) for _ in range(k)]
+        scored = super()._generate_and_score_completions([*inputs, *upfront])
+        batches, keeps = [scored], [informative_groups(scored["advantages"], k)]
         while sum(int(keep.sum()) for keep in keeps) < n_groups and rounds < self.dynamic_sampling_rounds:
             rows = [row for row in self._more_prompts(refill) for _ in range(k)]
             more = super()._generate_and_score_completions(rows)
@@ -95,7 +100,7 @@ class DynamicSamplingMixin:
             rounds += 1
         merged, informative = merge_groups(batches, keeps, n_groups, k, self._tokenizer.pad_token_id)
         metrics = self._metrics["train"]
-        metrics["dynamic_sampling/zero_std_frac"].append(1.0 - keeps[0].float().mean().item())
+        metrics["dynamic_sampling/zero_std_frac"].append(1.0 - keeps[0][:n_groups].float().mean().item())
         metrics["dynamic_sampling/extra_generations"].append(float(rounds * refill * k))
         metrics["dynamic_sampling/informative_frac"].append(informative / n_groups)
         return merged

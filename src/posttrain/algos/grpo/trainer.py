@@ -16,7 +16,8 @@
    The copy's log-probs against the learner's are logged every step and, with `algo.sampler_correction`, importance-
    sampled away as TRL does for vLLM (`sampler_mismatch`).
 5. DAPO dynamic sampling (`algo.dynamic_sampling.enabled`): groups whose rewards are all equal are replaced by
-   freshly generated ones, at most `max_rounds` extra generation batches per step (`dynamic_sampling`); logged:
+   freshly generated ones, at most `max_rounds` extra generation batches per step, `upfront_rounds` of them in one
+   decode with the step's own (`dynamic_sampling`); logged:
    `dynamic_sampling/zero_std_frac`, `/extra_generations`, `/informative_frac`.
 6. Logging: reward histograms by constraint type (`reward_hist/<type>/<bin>` counts in metrics.jsonl, wandb
    histograms), beta each step; `kl` and `kl_p95` on both paths with one meaning (`_record_kl`); TRL already logs
@@ -74,6 +75,7 @@ class PosttrainGRPOTrainer(AtomicCheckpointMixin, LoraPlusMixin, DynamicSampling
         reward_hist_default: str = "all",
         dynamic_sampling_rounds: int = 0,
         dynamic_sampling_refill_groups: int | None = None,
+        dynamic_sampling_upfront: int = 0,
         sampler_correction: bool = False,
         share_prompts: bool = False,
         loraplus_lr_ratio: float | None = None,
@@ -101,6 +103,7 @@ class PosttrainGRPOTrainer(AtomicCheckpointMixin, LoraPlusMixin, DynamicSampling
         self.add_callback(_AfterOptimizerStep(self._after_optimizer_step))
         self.dynamic_sampling_rounds = dynamic_sampling_rounds  # 0: off; else the cap on extra generation batches
         self.dynamic_sampling_refill_groups = dynamic_sampling_refill_groups  # per extra batch; None: the step's
+        self.dynamic_sampling_upfront = dynamic_sampling_upfront  # extra batches generated with the step's own
         self.sampler_correction = sampler_correction  # importance-sample a rollout copy's samples (sampler_mismatch)
         self.share_prompts = share_prompts  # kernel path: each distinct prompt once (shared_prompt)
         self.loraplus_lr_ratio = loraplus_lr_ratio
