@@ -33,6 +33,7 @@ OLD = "trainer.lr=5e-4"  # the preset's lr before this experiment: the single-ch
 BASE = [
     "algo.generation.backend=hf",
     "algo.dynamic_sampling.enabled=false",
+    "algo.dynamic_sampling.upfront_rounds=0",  # every arm before p_cdf_upfront2 generated its refills in turn
     "trainer.max_steps=60",
     "trainer.per_device_batch_size=8",
     "trainer.lr=2e-4",
@@ -53,9 +54,12 @@ ALL_LINEAR = [*PRESET[:-2], "trainer.lr=2e-4", PRESET[-1], "model.lora.targets=a
 # the make-train preset of 2026-11-27 (night): the same with hw=cpu's bf16 attention whose gradient does not depend on
 # the thread count; the `p_inv_*` arms are single changes on it
 INVARIANT_ARM = "p_all_linear_lr2e-4_invariant"
-# the make-train preset since 2026-11-27: INVARIANT_ARM with hw=cpu's inverse-CDF sampler, so that make train (two
-# threads) is this arm's seed 0 (one thread) step for step
-MAKE_TRAIN_ARM = "p_inv_inverse_cdf"
+# the make-train preset of 2026-11-27: INVARIANT_ARM with hw=cpu's inverse-CDF sampler, so that make train (two
+# threads) is this arm's seed 0 (one thread) step for step; the `p_cdf_*` arms are single changes on it
+CDF_ARM = "p_inv_inverse_cdf"
+# the make-train preset since 2026-11-27 (morning): CDF_ARM with dynamic sampling's two extra batches generated with
+# the step's own, in one decode
+MAKE_TRAIN_ARM = "p_cdf_upfront2"
 # what hw=cpu's bf16 training used before 2026-11-27 (ATen's softmax backward, thread-dependent); `overrides` pins it
 # for every bf16 arm that does not choose its attention
 OLD_BF16_ATTENTION = "model.attn_implementation=eager"
@@ -71,7 +75,7 @@ def _changed(arm: list[str], *changes: str) -> list[str]:
     return [o for o in arm if o.split("=", 1)[0] not in keys] + list(changes)
 
 
-CDF = _changed(INVARIANT, "algo.generation.sampler=inverse_cdf")  # MAKE_TRAIN_ARM's overrides
+CDF = _changed(INVARIANT, "algo.generation.sampler=inverse_cdf")  # CDF_ARM's overrides
 
 
 ARMS: dict[str, list[str]] = {
@@ -214,19 +218,19 @@ ARMS: dict[str, list[str]] = {
     "p_inv_loraplus16_lr1e-4": _changed(INVARIANT, "trainer.lr=1e-4", "model.lora.loraplus_lr_ratio=16"),
     # the rollout copy drawing each token with one uniform per row instead of torch.multinomial (one exponential per
     # vocabulary entry on a CPU): the same distribution, another random stream, ~a tenth less time per step
-    MAKE_TRAIN_ARM: CDF,
+    CDF_ARM: CDF,
     # on it (`p_cdf_*`): dynamic sampling's two extra batches generated with the step's own, in one decode of 48 rows
     # (nearly every step needs both: 30.3 of 32 extra generations on average in make train's run): the same picks by
     # the same rule from another random stream, ~1.5 s less per step
-    "p_cdf_upfront2": _changed(CDF, "algo.dynamic_sampling.upfront_rounds=2"),
+    MAKE_TRAIN_ARM: _changed(CDF, "algo.dynamic_sampling.upfront_rounds=2"),
 }
 
 
 def base_arm(arm: str) -> str:
     """The arm an arm's paired difference is taken against: the preset its single change was made on."""
     own = ARMS.get(arm, [])
-    if arm.startswith("p_cdf_"):  # variants of today's make-train preset
-        return MAKE_TRAIN_ARM
+    if arm.startswith("p_cdf_"):  # variants of the inverse-CDF preset, today's among them
+        return CDF_ARM
     if arm.startswith("p_inv_"):  # variants of the thread-invariant preset, today's among them
         return INVARIANT_ARM
     if arm.startswith("p_all_linear") and arm != ALL_LINEAR_ARM:  # variants of the all-linear preset

@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from omegaconf import OmegaConf
 
 from tests.conftest import experiment_script
 
@@ -30,10 +31,27 @@ def test_arms_pair_with_the_preset_they_changed():
     # the make-train arm pairs with the all-linear preset it changed only in its attention's rounding
     assert run.base_arm(run.INVARIANT_ARM) == run.ALL_LINEAR_ARM == run.base_arm("p_all_linear_lr2e-4_r32")
     # the p_inv_* arms, today's make-train arm among them, are single changes on the thread-invariant preset
-    assert run.base_arm("p_inv_digits0.25") == run.base_arm(run.MAKE_TRAIN_ARM) == run.INVARIANT_ARM
-    # the p_cdf_* arms are single changes on today's make-train preset
-    assert run.base_arm("p_cdf_upfront2") == run.MAKE_TRAIN_ARM
-    assert run.ARMS["p_cdf_upfront2"] == [*run.ARMS[run.MAKE_TRAIN_ARM], "algo.dynamic_sampling.upfront_rounds=2"]
+    assert run.base_arm("p_inv_digits0.25") == run.base_arm(run.CDF_ARM) == run.INVARIANT_ARM
+    # the p_cdf_* arms, today's make-train arm among them, are single changes on the inverse-CDF preset
+    assert run.MAKE_TRAIN_ARM.startswith("p_cdf_") and run.base_arm(run.MAKE_TRAIN_ARM) == run.CDF_ARM
+    assert run.ARMS[run.MAKE_TRAIN_ARM] == [*run.ARMS[run.CDF_ARM], "algo.dynamic_sampling.upfront_rounds=2"]
+
+
+def test_the_make_train_arm_is_the_preset(compose):
+    """`make train` trains the make-train arm's configuration, so its run is that arm's seed 0: the arm's overrides
+    change nothing the preset sets (the rollout backend, sampler and attention are the hw profile's choices, pinned by
+    the arm for CPUs without bf16 units)."""
+    run = _module("run")
+    profile_keys = {"backend", "sampler"}
+
+    def recipe(*overrides: str) -> dict:
+        cfg = OmegaConf.to_container(compose("+experiment=grpo_smollm2_add", *overrides), resolve=True)
+        cfg["algo"]["generation"] = {k: v for k, v in cfg["algo"]["generation"].items() if k not in profile_keys}
+        return {key: cfg[key] for key in ("algo", "trainer", "data")} | {"lora": cfg["model"]["lora"]}
+
+    preset = recipe()
+    assert preset == recipe(*run.overrides(run.MAKE_TRAIN_ARM))
+    assert preset != recipe(*run.overrides(run.CDF_ARM))  # the test can tell arms apart
 
 
 def test_bf16_arms_keep_the_attention_they_ran_with():
@@ -45,17 +63,18 @@ def test_bf16_arms_keep_the_attention_they_ran_with():
     assert attention["preset"] == attention["dapo"] == []  # fp32: hw=cpu's sdpa, as they ran
     assert (
         attention[run.INVARIANT_ARM]
+        == attention[run.CDF_ARM]
         == attention[run.MAKE_TRAIN_ARM]
         == ["model.attn_implementation=eager_thread_invariant"]
     )
 
 
 def test_arms_keep_the_sampler_they_ran_with():
-    """Every arm from before hw=cpu's inverse-CDF sampler pins torch.multinomial; the make-train arm and the arms on it
-    (`p_cdf_*`) choose their own."""
+    """Every arm from before hw=cpu's inverse-CDF sampler pins torch.multinomial; the inverse-CDF arm and the arms on
+    it (`p_cdf_*`, today's make-train arm) choose their own."""
     run = _module("run")
     sampler = {arm: [o for o in run.overrides(arm) if o.startswith("algo.generation.sampler=")] for arm in run.ARMS}
-    on_cdf = [arm for arm in run.ARMS if arm == run.MAKE_TRAIN_ARM or arm.startswith("p_cdf_")]
+    on_cdf = [arm for arm in run.ARMS if arm == run.CDF_ARM or arm.startswith("p_cdf_")]
     assert len(on_cdf) >= 2 and all(sampler[arm] == ["algo.generation.sampler=inverse_cdf"] for arm in on_cdf)
     assert all(v == [run.OLD_SAMPLER] for arm, v in sampler.items() if arm not in on_cdf)
 
