@@ -1,4 +1,4 @@
-# make train  — set up .venv and run GRPO on SmolLM2-135M-Instruct (two-digit arithmetic, CPU, ~10 min): it learns
+# make train  — set up .venv and run GRPO on SmolLM2-135M-Instruct (two-digit arithmetic, CPU, ~9 min): it learns
 # make smoke  — the tiny random-model pipeline run (python train.py: tiny_llama, length probe, ~1 min)
 # make test   — set up .venv and run the whole test suite (slow end-to-end tests included; 2 pytest-xdist workers)
 # make lint   — ruff (lint + format check) and mypy
