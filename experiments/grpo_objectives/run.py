@@ -33,7 +33,7 @@ OLD = "trainer.lr=5e-4"  # the preset's lr before this experiment: the single-ch
 BASE = [
     "algo.generation.backend=hf",
     "algo.dynamic_sampling.enabled=false",
-    "algo.dynamic_sampling.upfront_rounds=0",  # every arm before p_cdf_upfront2 generated its refills in turn
+    "algo.dynamic_sampling.upfront_rounds=0",  # arms that do not choose it generate their refills in turn
     "trainer.max_steps=60",
     "trainer.per_device_batch_size=8",
     "trainer.lr=2e-4",
@@ -54,12 +54,10 @@ ALL_LINEAR = [*PRESET[:-2], "trainer.lr=2e-4", PRESET[-1], "model.lora.targets=a
 # the make-train preset of 2026-11-27 (night): the same with hw=cpu's bf16 attention whose gradient does not depend on
 # the thread count; the `p_inv_*` arms are single changes on it
 INVARIANT_ARM = "p_all_linear_lr2e-4_invariant"
-# the make-train preset of 2026-11-27: INVARIANT_ARM with hw=cpu's inverse-CDF sampler, so that make train (two
+# the make-train preset since 2026-11-27: INVARIANT_ARM with hw=cpu's inverse-CDF sampler, so that make train (two
 # threads) is this arm's seed 0 (one thread) step for step; the `p_cdf_*` arms are single changes on it
 CDF_ARM = "p_inv_inverse_cdf"
-# the make-train preset since 2026-11-27 (morning): CDF_ARM with dynamic sampling's two extra batches generated with
-# the step's own, in one decode
-MAKE_TRAIN_ARM = "p_cdf_upfront2"
+MAKE_TRAIN_ARM = CDF_ARM
 # what hw=cpu's bf16 training used before 2026-11-27 (ATen's softmax backward, thread-dependent); `overrides` pins it
 # for every bf16 arm that does not choose its attention
 OLD_BF16_ATTENTION = "model.attn_implementation=eager"
@@ -221,8 +219,8 @@ ARMS: dict[str, list[str]] = {
     CDF_ARM: CDF,
     # on it (`p_cdf_*`): dynamic sampling's two extra batches generated with the step's own, in one decode of 48 rows
     # (nearly every step needs both: 30.3 of 32 extra generations on average in make train's run): the same picks by
-    # the same rule from another random stream, ~1.5 s less per step
-    MAKE_TRAIN_ARM: _changed(CDF, "algo.dynamic_sampling.upfront_rounds=2"),
+    # the same rule from another random stream
+    "p_cdf_upfront2": _changed(CDF, "algo.dynamic_sampling.upfront_rounds=2"),
 }
 
 

@@ -32,9 +32,9 @@ def test_arms_pair_with_the_preset_they_changed():
     assert run.base_arm(run.INVARIANT_ARM) == run.ALL_LINEAR_ARM == run.base_arm("p_all_linear_lr2e-4_r32")
     # the p_inv_* arms, today's make-train arm among them, are single changes on the thread-invariant preset
     assert run.base_arm("p_inv_digits0.25") == run.base_arm(run.CDF_ARM) == run.INVARIANT_ARM
-    # the p_cdf_* arms, today's make-train arm among them, are single changes on the inverse-CDF preset
-    assert run.MAKE_TRAIN_ARM.startswith("p_cdf_") and run.base_arm(run.MAKE_TRAIN_ARM) == run.CDF_ARM
-    assert run.ARMS[run.MAKE_TRAIN_ARM] == [*run.ARMS[run.CDF_ARM], "algo.dynamic_sampling.upfront_rounds=2"]
+    # the p_cdf_* arms are single changes on the inverse-CDF preset, today's make-train arm
+    assert run.MAKE_TRAIN_ARM == run.CDF_ARM and run.base_arm("p_cdf_upfront2") == run.CDF_ARM
+    assert run.ARMS["p_cdf_upfront2"] == [*run.ARMS[run.CDF_ARM], "algo.dynamic_sampling.upfront_rounds=2"]
 
 
 def test_the_make_train_arm_is_the_preset(compose):
@@ -51,7 +51,7 @@ def test_the_make_train_arm_is_the_preset(compose):
 
     preset = recipe()
     assert preset == recipe(*run.overrides(run.MAKE_TRAIN_ARM))
-    assert preset != recipe(*run.overrides(run.CDF_ARM))  # the test can tell arms apart
+    assert preset != recipe(*run.overrides("p_cdf_upfront2"))  # the test can tell arms apart
 
 
 def test_bf16_arms_keep_the_attention_they_ran_with():
@@ -64,14 +64,14 @@ def test_bf16_arms_keep_the_attention_they_ran_with():
     assert (
         attention[run.INVARIANT_ARM]
         == attention[run.CDF_ARM]
-        == attention[run.MAKE_TRAIN_ARM]
+        == attention["p_cdf_upfront2"]
         == ["model.attn_implementation=eager_thread_invariant"]
     )
 
 
 def test_arms_keep_the_sampler_they_ran_with():
-    """Every arm from before hw=cpu's inverse-CDF sampler pins torch.multinomial; the inverse-CDF arm and the arms on
-    it (`p_cdf_*`, today's make-train arm) choose their own."""
+    """Every arm from before hw=cpu's inverse-CDF sampler pins torch.multinomial; the inverse-CDF arm (today's
+    make-train arm) and the arms on it (`p_cdf_*`) choose their own."""
     run = _module("run")
     sampler = {arm: [o for o in run.overrides(arm) if o.startswith("algo.generation.sampler=")] for arm in run.ARMS}
     on_cdf = [arm for arm in run.ARMS if arm == run.CDF_ARM or arm.startswith("p_cdf_")]
