@@ -61,8 +61,8 @@ class DynamicSamplingConfig:
     # batches); informative groups beyond the step's count are discarded, as in DAPO
     refill_groups: int | None = num(None, ge=1)
     # of the max_rounds extra batches, how many to generate with the step's own batch, in one decode (DAPO generates
-    # gen_prompt_bsz prompts at once): on the make-train preset nearly every step needs both of its extra batches, and
-    # one decode of 48 rows takes 2.5 s against 3 x 1.35 s for 16 rows at a time (SmolLM2, 2 CPU cores)
+    # gen_prompt_bsz prompts at once), whether the step needs them or not. On the make-train preset (2 CPU threads)
+    # the step time is the same either way (experiments/grpo_objectives, p_cdf_upfront2)
     upfront_rounds: int = num(0, ge=0)
 
 

@@ -2,9 +2,9 @@
 drop such groups and generate more until the generation batch is full again (`DynamicSamplingMixin`, before
 `GRPOTrainer` in a trainer's bases; `dynamic_sampling_rounds` > 0 turns it on and caps the extra generation batches
 per step, `dynamic_sampling_refill_groups` sets how many prompts each extra batch samples: DAPO's gen_prompt_bsz).
-`dynamic_sampling_upfront` of those extra batches are generated with the step's own, in one batch: where most steps
-need them anyway, one decode of the larger batch takes far less time than several in turn (rows share each decode
-step's weight reads); the groups picked are the same as if the batches had been generated in turn.
+`dynamic_sampling_upfront` of those extra batches are generated with the step's own, in one batch (DAPO's
+oversampling), whether the step needs them or not: for engines where one large decode costs less than several small
+ones. The groups picked are the same as if the batches had been generated in turn.
 
 A group is informative when any member's advantage is non-zero (with every reward scaling a group of equal rewards
 has exactly zero advantages). The merged batch takes informative groups in generation order up to the batch's group
