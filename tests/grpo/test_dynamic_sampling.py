@@ -149,14 +149,22 @@ def test_upfront_rounds_are_generated_with_the_step_batch_in_one_call(tmp_path, 
     assert torch.equal(batch["completion_ids"][:k, :width], outs[0]["completion_ids"][first * k : (first + 1) * k])
 
 
-@pytest.mark.parametrize("upfront, ok", [(2, True), (3, False)])
-def test_upfront_rounds_are_at_most_max_rounds(upfront, ok):
-    overrides = ["algo.dynamic_sampling.enabled=true", "algo.dynamic_sampling.max_rounds=2"]
+@pytest.mark.parametrize(
+    "enabled, upfront, error",
+    [
+        ("true", 2, None),
+        ("true", 3, r"^algo\.dynamic_sampling\.upfront_rounds=3 is more than max_rounds=2"),
+        ("false", 0, None),
+        ("false", 1, r"^algo\.dynamic_sampling\.upfront_rounds=1 needs algo\.dynamic_sampling\.enabled=true$"),
+    ],
+)
+def test_upfront_rounds_need_dynamic_sampling_and_at_most_max_rounds(enabled, upfront, error):
+    overrides = [f"algo.dynamic_sampling.enabled={enabled}", "algo.dynamic_sampling.max_rounds=2"]
     overrides.append(f"algo.dynamic_sampling.upfront_rounds={upfront}")
-    if ok:
+    if error is None:
         assert load_config(overrides).algo.dynamic_sampling.upfront_rounds == upfront
         return
-    with pytest.raises(ConfigError, match=r"^algo\.dynamic_sampling\.upfront_rounds=3 is more than max_rounds=2"):
+    with pytest.raises(ConfigError, match=error):
         load_config(overrides)
 
 

@@ -57,8 +57,9 @@ class DynamicSamplingConfig:
     enabled: bool = False
     max_rounds: int = num(4, ge=1, note="extra generation batches per step at most")
     # prompts (groups) per extra batch (DAPO's gen_prompt_bsz); null: the step's own group count. One larger
-    # batch costs far less than several small ones where decoding is bound by reading the weights (CPU, small GPU
-    # batches); informative groups beyond the step's count are discarded, as in DAPO
+    # batch costs far less than several small ones where decoding is bound by reading the weights (small GPU
+    # batches; not make train's CPU, experiments/grpo_objectives); informative groups beyond the step's count are
+    # discarded, as in DAPO
     refill_groups: int | None = num(None, ge=1)
     # of the max_rounds extra batches, how many to generate with the step's own batch, in one decode (DAPO generates
     # gen_prompt_bsz prompts at once), whether the step needs them or not. On the make-train preset (2 CPU threads)
@@ -172,8 +173,12 @@ def validate_grpo(cfg: DictConfig) -> None:
         raise ConfigError(f"algo.generation.sampler={algo.generation.sampler} is a rollout copy's; vLLM samples itself")
     if algo.dynamic_sampling.enabled and cfg.hw.num_devices > 1:
         raise ConfigError("algo.dynamic_sampling.enabled=true runs on one process (hw.num_devices=1)")
-    if algo.dynamic_sampling.upfront_rounds > algo.dynamic_sampling.max_rounds:
-        ds = algo.dynamic_sampling
+    ds = algo.dynamic_sampling
+    if ds.upfront_rounds and not ds.enabled:  # it would change nothing, silently
+        raise ConfigError(
+            f"algo.dynamic_sampling.upfront_rounds={ds.upfront_rounds} needs algo.dynamic_sampling.enabled=true"
+        )
+    if ds.upfront_rounds > ds.max_rounds:
         raise ConfigError(
             f"algo.dynamic_sampling.upfront_rounds={ds.upfront_rounds} is more than max_rounds={ds.max_rounds}, the "
             "extra batches a step may generate"
