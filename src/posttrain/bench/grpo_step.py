@@ -14,8 +14,11 @@ Paths (same model, prompts, reward functions and weights, batch, LoRA config and
   (`+experiment=<experiment>`, the hw profile applied), i.e. what `python train.py +experiment=...` trains.
 - `posttrain:NAME` (`--variant NAME:KEY=VALUE`, repeatable): posttrain's path with more overrides, e.g. a knob
   switched back (`--variant fp32:hw.precision=fp32`), run in the same alternation.
-The defaults are the `make train` configuration (`+experiment=grpo_smollm2_add`). `--set` applies to every path;
-the anchor reads only the recipe keys and the model from the config, so it changes the anchor only through those.
+The defaults are the `make train` configuration (`+experiment=grpo_smollm2_add`) in TRL's step shape: 8 completions
+per step (`--batch`; make train's is 16) and one generation batch per step, dynamic sampling off (`--set
+algo.dynamic_sampling.enabled=true` for make train's refills; a variant of a dynamic-sampling option needs it). `--set`
+applies to every path; the anchor reads only the recipe keys and the model from the config, so it changes the anchor
+only through those.
 
 Each (path, round) is one subprocess that builds its trainer, trains `warmup + steps` optimizer steps and times
 each phase of every step (`posttrain.bench.step_timer`: wrapped trainer methods and a callback, the same for both
