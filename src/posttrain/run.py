@@ -17,7 +17,7 @@ from posttrain.algos.base import Algorithm
 from posttrain.algos.registry import get_algorithm
 from posttrain.callbacks import JsonlMetricsCallback, read_metrics, summary_stats
 from posttrain.callbacks.console import ConsoleSpec, finish_run, use_console
-from posttrain.callbacks.time_limit import WallClockLimit
+from posttrain.callbacks.time_limit import StopAtStep, WallClockLimit
 from posttrain.checkpoints import check_run_identity, eval_checkpoint, identity, resolve_resume
 from posttrain.config.auto_hw import resolve_auto_hw
 from posttrain.config.validate import ConfigError, validate
@@ -69,6 +69,9 @@ def train(cfg: DictConfig, run_dir: Path, callbacks: list | None = None, resume:
     limit = WallClockLimit(cfg.trainer.max_time_s) if cfg.trainer.get("max_time_s") else None
     if limit:
         callbacks.append(limit)
+    stop = StopAtStep(cfg.trainer.stop_step) if cfg.trainer.get("stop_step") else None
+    if stop:
+        callbacks.append(stop)
     trainer = algorithm.build_trainer(cfg, run_dir, callbacks)
     use_console(trainer, algorithm.console)  # one bar + compact lines instead of HF's printed dicts
     trainer.train(resume_from_checkpoint=resume)
@@ -78,6 +81,8 @@ def train(cfg: DictConfig, run_dir: Path, callbacks: list | None = None, resume:
     summary["world_size"] = world_size()
     if limit is not None and limit.stopped_at is not None:
         summary["stopped_by_max_time_s"] = limit.stopped_at
+    if stop is not None and stop.stopped_at is not None:
+        summary["stopped_by_stop_step"] = stop.stopped_at
     summary.update(algorithm.summarize(cfg, trainer, run_dir))
     return summary
 

@@ -50,3 +50,30 @@ def test_run_script_and_report_at_tiny_scale(tmp_path):
         seeds = [s[f"eval_{cond}_answer_loss"] for s in summaries]
         assert stat["seeds"] == pytest.approx(seeds, rel=1e-9) and stat["mean"] == pytest.approx(sum(seeds) / 2)
         assert stat["ci"][0] <= stat["mean"] <= stat["ci"][1]
+
+
+def _eval(questions: list[str], cond: str, correct: list[float]) -> dict:
+    rows = [
+        {"doc": j, "question": q, "doc_tokens": 20, cond: {"correct": c, "em": 0.0, "f1": c, "nll": 1.0, "tokens": 2}}
+        for j, (q, c) in enumerate(zip(questions, correct, strict=True))
+    ]
+    return {"conditions": [cond], "context_window": 512, "internalize_ms_per_doc": 5.0, "per_question": rows}
+
+
+def test_report_adds_a_baseline_run_once_to_every_seed(tmp_path):
+    """`--rows cd=<eval.json>`: context distillation, run once on a CPU, paired with each GPU seed of D2L."""
+    mod = experiment_script(SCRIPT.parent / "report.py")
+    questions = ["q0", "q1", "q2", "q3"]
+    for seed, correct in ((0, [1, 1, 0, 0]), (1, [1, 0, 0, 0])):
+        (tmp_path / f"s{seed}").mkdir()
+        (tmp_path / f"s{seed}" / "eval.json").write_text(json.dumps(_eval(questions, "d2l", correct)))
+    cd = tmp_path / "cd.json"
+    cd.write_text(json.dumps({**_eval(questions, "cd", [1, 1, 1, 0]), "cd_ms_per_doc": 3000.0, "cd_docs": 4}))
+    sets = mod.load_runs(tmp_path)
+    mod.add_rows(sets, "cd", cd)
+    diff = mod.pooled(sets["facts"], "d2l", "correct", minus="cd")
+    assert diff["seeds"] == [-0.25, -0.5] and diff["mean"] == pytest.approx(-0.375)
+    assert sets["facts"][1]["eval"]["cd_ms_per_doc"] == 3000.0
+    cd.write_text(json.dumps(_eval(["other", *questions[1:]], "cd", [1, 1, 1, 0])))
+    with pytest.raises(ValueError, match="other questions"):
+        mod.add_rows(mod.load_runs(tmp_path), "cd", cd)

@@ -1,5 +1,5 @@
 """experiments/d2l_smollm2/gpu_scale.py (the GPU driver): its override merging, and every arm composing as a config
-(a typo in an arm would otherwise surface only on a lent GPU, after the wheel's five calls)."""
+(a typo in an arm would otherwise surface only on a lent GPU, after the wheel's calls)."""
 
 from __future__ import annotations
 
@@ -30,3 +30,13 @@ def test_every_arm_composes(gpu_scale, tiny):
         cfg = load_config(gpu_scale.merged(gpu_scale.COMMON, overrides, extra, ["trainer.max_time_s=60"]))
         assert cfg.algo.name == "d2l" and cfg.trainer.max_time_s == 60 and cfg.algo.kl_coef == 0, arm
         assert cfg.trainer.per_device_batch_size == 32 and cfg.hw.name == "h200", arm
+
+
+def test_runs_name_their_seeds_per_arm_or_for_all(gpu_scale):
+    assert gpu_scale.parse_runs(["fact1@1,2", "fact1_chunks"], "0,3") == [
+        ("fact1", 1),
+        ("fact1", 2),
+        ("fact1_chunks", 0),
+        ("fact1_chunks", 3),
+    ]
+    assert gpu_scale.parse_runs(["facts3"], "0") == [("facts3", 0)]

@@ -70,3 +70,36 @@ def test_a_run_out_of_time_checkpoints_and_resume_finishes(tmp_path, capsys, mon
     assert [m["step"] for m in metrics(run)] == [1, 2, 3]  # HF logs multiples of logging_steps; step 5 is not one
     assert summary["final_step"] == 5  # the step training ended at, not the last one logged
     assert (run / "checkpoints" / "checkpoint-5" / "COMPLETE").is_file()
+
+
+def test_stop_step_repeats_a_run_the_clock_stopped(tmp_path, monkeypatch):
+    """The same steps with the same learning rates and losses: the schedule spans max_steps in both."""
+    from posttrain.callbacks import time_limit
+
+    clock = _Clock()
+
+    def tick() -> float:
+        clock.now += 1
+        return clock.now
+
+    over = ("trainer.max_steps=5", "trainer.save_steps=0", "trainer.logging_steps=1", "trainer.lr_scheduler=cosine")
+    monkeypatch.setattr(time_limit, "time", SimpleNamespace(monotonic=tick))
+    timed = leg(compose("d2l", tmp_path / "timed", *over, "trainer.max_time_s=1.5"))
+    monkeypatch.undo()
+    stepped = leg(compose("d2l", tmp_path / "stepped", *over, "trainer.stop_step=2"))
+    assert stepped["stopped_by_stop_step"] == 2 and timed["stopped_by_max_time_s"] == 2
+    assert (tmp_path / "stepped" / "checkpoints" / "checkpoint-2" / "COMPLETE").is_file()
+    rows = [[(m["step"], m["learning_rate"], m["loss"]) for m in metrics(tmp_path / r)] for r in ("timed", "stepped")]
+    assert rows[0] == rows[1] and len(rows[0]) == 2
+    assert rows[0][1][1] > 0.5 * rows[0][0][1]  # step 2 of a 5-step cosine, not the end of a 2-step one
+
+
+def test_stop_step_at_or_past_the_schedule_is_refused():
+    import pytest
+
+    from posttrain.config.compose import load_config
+    from posttrain.errors import ConfigError
+
+    with pytest.raises(ConfigError, match=r"stop_step=5 must be below trainer\.max_steps=5"):
+        load_config(["algo=d2l", "trainer.max_steps=5", "trainer.stop_step=5"])
+    assert load_config(["algo=d2l", "trainer.max_steps=5", "trainer.stop_step=4"]).trainer.stop_step == 4

@@ -1,10 +1,11 @@
-"""`trainer.max_time_s`: stop training once a wall-clock budget is spent, with a checkpoint at the stopping step.
+"""`trainer.max_time_s` and `trainer.stop_step`: end training early, with a checkpoint at the stopping step.
 
 For jobs with a hard time limit (a SLURM partition, a lent GPU): the run ends on its own, saves, and goes on to what
 follows training (the end-of-run evaluation, summary.json) instead of being killed with nothing written. The
 learning-rate schedule still spans `trainer.max_steps`, so `resume=auto` with the same run dir continues where the
 budget ran out. The clock starts when training starts (model and data are already built). Under DDP rank 0 decides
-and every rank stops at the same step.
+and every rank stops at the same step. `trainer.stop_step` stops at a fixed step of the same schedule: it repeats a
+run that the clock stopped (same steps, same learning rates) on a machine of another speed, or beside other jobs.
 """
 
 from __future__ import annotations
@@ -27,6 +28,12 @@ def _agreed(stop: bool) -> bool:
     return bool(flag.item())
 
 
+def _stop(control) -> None:
+    control.should_training_stop = True
+    control.should_save = True
+    control.should_log = True  # the last step's metrics, whatever logging_steps says
+
+
 class WallClockLimit(TrainerCallback):
     """Ask the Trainer to log, save and stop after the first optimizer step that ends `max_seconds` after training
     began."""
@@ -44,9 +51,7 @@ class WallClockLimit(TrainerCallback):
         if self.start is None or state.global_step >= state.max_steps:
             return
         if _agreed(self.clock() - self.start >= self.max_seconds):
-            control.should_training_stop = True
-            control.should_save = True
-            control.should_log = True  # the last step's metrics, whatever logging_steps says
+            _stop(control)
             self.stopped_at = state.global_step
             if state.is_world_process_zero:
                 print(
@@ -54,3 +59,18 @@ class WallClockLimit(TrainerCallback):
                     f"{state.max_steps} (checkpoint saved; resume=auto continues)",
                     flush=True,
                 )
+
+
+class StopAtStep(TrainerCallback):
+    """Ask the Trainer to log, save and stop after optimizer step `step` of a longer schedule."""
+
+    def __init__(self, step: int):
+        self.step = step
+        self.stopped_at: int | None = None
+
+    def on_step_end(self, args, state, control, **kwargs):
+        if self.stopped_at is None and self.step <= state.global_step < state.max_steps:
+            _stop(control)
+            self.stopped_at = state.global_step
+            if state.is_world_process_zero:
+                print(f"trainer.stop_step={self.step}: stopping at step {state.global_step} of {state.max_steps}")

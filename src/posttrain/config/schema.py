@@ -154,6 +154,8 @@ class TrainerConfig:
     dataloader_num_workers: int = num(0, ge=0)
     # wall-clock budget for training: stop (with a checkpoint) at the first step past it; 0: none
     max_time_s: float = num(0, ge=0, note="0: no limit")
+    # stop after this optimizer step, the LR schedule still spanning max_steps (repeats a run max_time_s stopped)
+    stop_step: int = num(0, ge=0, note="0: none")
 
 
 @dataclass

@@ -69,6 +69,11 @@ def validate(cfg: DictConfig, hf_names: bool = True) -> None:
         _check_hf_names(cfg)
     if cfg.resume not in (None, "auto") and not isinstance(cfg.resume, str):
         raise ConfigError(f"resume={cfg.resume!r} must be null, auto or a checkpoint path")
+    if cfg.trainer.get("stop_step") and cfg.trainer.stop_step >= cfg.trainer.max_steps:
+        raise ConfigError(
+            f"trainer.stop_step={cfg.trainer.stop_step} must be below trainer.max_steps={cfg.trainer.max_steps} "
+            "(the schedule's length): it ends training early"
+        )
     if cfg.model.quantization == "mxfp4" and cfg.model.family != "gpt_oss":
         raise ConfigError("model.quantization=mxfp4 is only for GPT-OSS checkpoints")
     if cfg.model.quantization not in (None, "mxfp4", "bnb4"):
