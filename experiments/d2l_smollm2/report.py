@@ -10,8 +10,9 @@ eval.json. Seeds are pooled question by question (the held-out questions are the
 value is its mean over the seeds, and the 95% interval is a percentile bootstrap that resamples documents (the
 questions about one document are not independent; `posttrain.analysis.stats.bootstrap_ci`); the spread between
 seeds is shown beside it. Differences are paired over the same questions. Writes <dir>/report.md and
-<dir>/accuracy_vs_length.png. `--rows cd=<eval.json>` adds a condition's rows from a run on the same questions (a
-baseline run once, elsewhere: context distillation on a CPU beside D2L's seeds on a GPU).
+<dir>/accuracy_vs_length.png. `--rows [x2:]cd=<eval.json>` adds a condition's rows from a run on the same questions and
+documents (a baseline run once, elsewhere: context distillation on a CPU beside D2L's seeds on a GPU), to every set
+or to one.
 """
 
 from __future__ import annotations
@@ -58,22 +59,29 @@ def load_runs(res: Path) -> dict[str, dict[int, dict[str, Any]]]:
     return dict(sorted(out.items(), key=lambda kv: order.get(kv[0], int(kv[0][1:]) if kv[0][1:].isdigit() else 99)))
 
 
-def add_rows(sets: dict[str, dict[int, dict[str, Any]]], cond: str, eval_json: Path) -> None:
-    """Give every run of `sets` the per-question rows of `cond` from another run's eval.json on the same questions:
+def add_rows(sets: dict[str, dict[int, dict[str, Any]]], conds: list[str], eval_json: Path) -> None:
+    """Give every run of `sets` the per-question rows of `conds` from another run's eval.json on the same questions:
     a baseline that does not depend on D2L's seed and ran once, elsewhere (context distillation on a CPU)."""
     other = json.loads(eval_json.read_text())
     rows = other["per_question"]
     for runs in sets.values():
         for run in runs.values():
             mine = run["eval"]["per_question"]
-            if [r["question"] for r in mine] != [r["question"] for r in rows]:
-                raise ValueError(f"{eval_json}: other questions than {run['name']}'s")
+            if [(r["question"], r["doc_tokens"]) for r in mine] != [(r["question"], r["doc_tokens"]) for r in rows]:
+                raise ValueError(f"{eval_json}: other questions or documents than {run['name']}'s")
             for row, extra in zip(mine, rows, strict=True):
-                row[cond] = extra[cond]
-            run["eval"]["conditions"] = [*run["eval"]["conditions"], cond]
-            for key in ("cd_ms_per_doc", "cd_docs") if cond == "cd" else ():
-                if key in other:
-                    run["eval"][key] = other[key]
+                row.update({cond: extra[cond] for cond in conds})
+            run["eval"]["conditions"] = [*run["eval"]["conditions"], *conds]
+            run["eval"].update({k: other[k] for k in ("cd_ms_per_doc", "cd_docs") if "cd" in conds and k in other})
+
+
+def rows_option(sets: dict[str, dict[int, dict[str, Any]]], spec: str) -> None:
+    """`--rows [SET:]COND[,COND]=EVAL_JSON` (SET: facts, x2, ...; every set when left out)."""
+    target, _, path = spec.partition("=")
+    where, _, conds = target.rpartition(":")
+    if where and where not in sets:
+        raise SystemExit(f"--rows {spec}: no set {where} (have {', '.join(sets)})")
+    add_rows({k: v for k, v in sets.items() if k == where or not where}, conds.split(","), Path(path))
 
 
 def _cost(folder: Path) -> dict[str, Any]:
@@ -313,15 +321,14 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--results", type=Path, default=HERE / "results" / "open_facts")
     parser.add_argument(
-        "--rows", action="append", default=[], metavar="COND=EVAL_JSON", help="a condition's rows from another run"
+        "--rows", action="append", default=[], metavar="[SET:]COND[,COND]=EVAL_JSON", help="rows from another run"
     )
     args = parser.parse_args(argv)
     sets = load_runs(args.results)
     if not sets:
         raise SystemExit(f"{args.results}: no s<seed>[_x<k>]/eval.json")
     for spec in args.rows:
-        cond, _, path = spec.partition("=")
-        add_rows(sets, cond, Path(path))
+        rows_option(sets, spec)
     text = report(sets)
     (args.results / "report.md").write_text(text)
     plot(sets, args.results / "accuracy_vs_length.png")

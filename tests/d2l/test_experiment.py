@@ -70,10 +70,12 @@ def test_report_adds_a_baseline_run_once_to_every_seed(tmp_path):
     cd = tmp_path / "cd.json"
     cd.write_text(json.dumps({**_eval(questions, "cd", [1, 1, 1, 0]), "cd_ms_per_doc": 3000.0, "cd_docs": 4}))
     sets = mod.load_runs(tmp_path)
-    mod.add_rows(sets, "cd", cd)
+    mod.rows_option(sets, f"cd={cd}")
     diff = mod.pooled(sets["facts"], "d2l", "correct", minus="cd")
     assert diff["seeds"] == [-0.25, -0.5] and diff["mean"] == pytest.approx(-0.375)
     assert sets["facts"][1]["eval"]["cd_ms_per_doc"] == 3000.0
     cd.write_text(json.dumps(_eval(["other", *questions[1:]], "cd", [1, 1, 1, 0])))
     with pytest.raises(ValueError, match="other questions"):
-        mod.add_rows(mod.load_runs(tmp_path), "cd", cd)
+        mod.add_rows(mod.load_runs(tmp_path), ["cd"], cd)
+    with pytest.raises(SystemExit, match="no set x2"):
+        mod.rows_option(sets, f"x2:cd={cd}")

@@ -73,4 +73,7 @@ class StopAtStep(TrainerCallback):
             _stop(control)
             self.stopped_at = state.global_step
             if state.is_world_process_zero:
-                print(f"trainer.stop_step={self.step}: stopping at step {state.global_step} of {state.max_steps}")
+                print(
+                    f"trainer.stop_step={self.step}: stopping at step {state.global_step} of {state.max_steps}",
+                    flush=True,
+                )
