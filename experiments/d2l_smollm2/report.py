@@ -39,6 +39,7 @@ LABELS = {
     "cd": "context distillation (per document)",
 }
 METRICS = {"accuracy": "correct", "exact_match": "em", "f1": "f1", "own_fact": "own_fact"}
+COST_KEYS = {"cd": ("cd_ms_per_doc", "cd_docs"), "format_lora": ("format_lora_train_s",)}  # eval.json's, per condition
 FACTS = "facts"  # the set evaluated at the end of training: the facts alone
 LENGTH_CONDITIONS = ("no_context", "in_context", "in_context_truncated", "d2l", "d2l_other_doc", "cd")
 
@@ -72,7 +73,7 @@ def add_rows(sets: dict[str, dict[int, dict[str, Any]]], conds: list[str], eval_
             for row, extra in zip(mine, rows, strict=True):
                 row.update({cond: extra[cond] for cond in conds})
             run["eval"]["conditions"] = [*run["eval"]["conditions"], *conds]
-            run["eval"].update({k: other[k] for k in ("cd_ms_per_doc", "cd_docs") if "cd" in conds and k in other})
+            run["eval"].update({k: other[k] for c in conds for k in COST_KEYS.get(c, ()) if k in other})
 
 
 def rows_option(sets: dict[str, dict[int, dict[str, Any]]], spec: str) -> None:
@@ -203,7 +204,7 @@ def entity_table(runs: dict[int, dict[str, Any]]) -> list[str]:
     own, other = pooled(runs, "d2l", "correct"), pooled(runs, "d2l_other_entity", "correct")
     leak = pooled(runs, "d2l_other_entity", "own_fact")
     if other is None:
-        return ["(no question kinds: the control needs data=d2l_facts)"]
+        return ["(not evaluated: d2l_other_entity was not in algo.eval_conditions, or the data has no question kinds)"]
     return [
         "| question asked with the document's LoRA | accuracy vs its own gold answer | states the LoRA's document's "
         "answer instead |",
