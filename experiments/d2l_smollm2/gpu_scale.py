@@ -71,9 +71,9 @@ ARMS: dict[str, list[str]] = {
         "data.params.train_doc_tokens=1024",
     ],
 }
-# arms trained on documents of several chunks: the only ones `--eval-tokens` evaluates on long documents (a one-chunk
-# hypernet sums the chunks' LoRAs of a long document into nonsense)
-SEVERAL_CHUNKS = {"facts9", "fact1_chunks"}
+# arms trained on documents of several chunks (all but the ONE_CHUNK ones): the only ones `--eval-tokens` evaluates on
+# long documents (a one-chunk hypernet sums the chunks' LoRAs of a long document into nonsense)
+SEVERAL_CHUNKS = {arm for arm, overrides in ARMS.items() if ONE_CHUNK[0] not in overrides}
 TINY = ["model.tiny=true", "algo.max_length=512", "data.params.train_doc_tokens=0", "data.num_train=1100"]
 
 
@@ -183,6 +183,10 @@ def main(argv: list[str] | None = None) -> None:
     out.mkdir(parents=True, exist_ok=True)
     rate = read_json(CALIBRATION) if not args.calibrate else {}
     device = ["hw=cpu", "hw.precision=fp32", "data.num_eval=4"] if args.cpu else []
+    planned = {arm: int(args.train_s / rate[arm]) if arm in rate else args.steps for arm, _ in runs}
+    short = [f"{arm} ({steps})" for arm, steps in planned.items() if 0 < steps <= args.stop_step]
+    if short and not args.calibrate:  # every such run would be refused, after the device started
+        ap.error(f"--stop-step {args.stop_step} is not below the steps of {', '.join(short)}")
     t0 = time.time()
     jobs = {}
     with ThreadPoolExecutor(max_workers=len(runs) or 1) as pool:
@@ -192,7 +196,7 @@ def main(argv: list[str] | None = None) -> None:
                 budget = f"trainer.max_time_s={args.calibrate_s}"
                 over = [*TINY, "trainer.max_steps=100000", budget, "algo.eval_at_end=false"]
             else:
-                steps = int(args.train_s / rate[arm]) if arm in rate else args.steps
+                steps = planned[arm]
                 over = [
                     *(TINY if args.tiny else []),
                     f"trainer.max_steps={steps}",

@@ -40,3 +40,14 @@ def test_runs_name_their_seeds_per_arm_or_for_all(gpu_scale):
         ("fact1_chunks", 3),
     ]
     assert gpu_scale.parse_runs(["facts3"], "0") == [("facts3", 0)]
+
+
+def test_long_documents_are_evaluated_only_for_arms_trained_on_several_chunks(gpu_scale):
+    assert sorted(gpu_scale.SEVERAL_CHUNKS) == ["fact1_chunks", "facts9"]
+
+
+def test_a_stop_step_past_the_schedule_is_refused_before_any_run(gpu_scale, tmp_path, capsys):
+    with pytest.raises(SystemExit) as stop:
+        gpu_scale.main(["--cpu", "--tiny", "--steps", "5", "--stop-step", "5", "--out", str(tmp_path), "fact1"])
+    assert stop.value.code == 2 and "--stop-step 5 is not below the steps of fact1 (5)" in capsys.readouterr().err
+    assert not list(tmp_path.iterdir())  # no run started
