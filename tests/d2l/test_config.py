@@ -36,6 +36,7 @@ def test_d2l_composes_with_derived_queries():
         (["data=length"], "data=d2l_synth"),
         (["algo.encoder.early_exit_layer=9", "algo.per_layer_processing=false"], "early_exit_layer=9"),
         (["algo.encoder.max_chunks=0"], "algo.encoder.max_chunks"),
+        (["algo.encoder.chunking=words"], "algo.encoder.chunking=words is not one of tokens, sentences"),
     ],
 )
 def test_bad_shapes_fail_at_compose(overrides, needle):

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from posttrain.algos.d2l.batching import D2LCollator
-from posttrain.data.d2l import featurize
+from posttrain.data.d2l import document_chunks, featurize
 
 
 def _record(n_facts: int) -> dict[str, str]:
@@ -98,3 +98,50 @@ def test_chunked_documents_train_and_evaluate(d2l_cfg, d2l_model):
     out = evaluate_model(model, records, 128, generate=False)
     assert all(out[c]["answer_loss"] == out[c]["answer_loss"] for c in ("d2l", "d2l_other_doc", "in_context"))
     assert out["d2l"]["answer_loss"] != out["d2l_other_doc"]["answer_loss"]
+
+
+SENTENCES = ["Bazoru lives in Oslo.", " Bazoru likes teal!", " Kimelo owns a fox?", "\nKimelo was born in 1990."]
+
+
+def test_sentence_chunks_hold_one_sentence_each(d2l_model):
+    """`chunking=sentences`: a chunk per sentence (ended by . ! or ? before whitespace), together the whole text."""
+    tok = d2l_model().tokenizer
+    doc = "".join(SENTENCES)
+    chunks, text = document_chunks(doc, tok, 64, 8, "sentences")
+    assert [tok.decode(c) for c in chunks] == SENTENCES and text == doc
+    assert [t for c in chunks for t in c] == tok(doc, add_special_tokens=False)["input_ids"]
+    # a sentence longer than a chunk goes on in the next one; the next sentence starts a chunk of its own
+    chunks, _ = document_chunks(doc, tok, 20, 8, "sentences")
+    assert [tok.decode(c) for c in chunks] == [
+        "Bazoru lives in Oslo",
+        ".",
+        *SENTENCES[1:3],
+        "\nKimelo was born in ",
+        "1990.",
+    ]
+    # cut after max_chunks chunks, inside a sentence: the text is what the chunks hold, which the teacher reads
+    chunks, text = document_chunks(doc, tok, 20, 5, "sentences")
+    assert text == "".join(SENTENCES[:3]) + "\nKimelo was born in " == tok.decode([t for c in chunks for t in c])
+    record = {"document": doc, "question": "Where does Bazoru live?", "answer": "Oslo"}
+    row = featurize(record, tok, 256, 20, 5, "sentences")
+    assert row["ctx_chunks"] == chunks and row["ctx_ids"] == [t for c in chunks for t in c]
+    assert _contains(row["t_input_ids"], tok(text, add_special_tokens=False)["input_ids"])
+    assert not _contains(row["t_input_ids"], tok(doc[: len(text) + 3], add_special_tokens=False)["input_ids"])
+    with pytest.raises(ValueError, match="chunking='words'"):
+        document_chunks(doc, tok, 20, 5, "words")
+
+
+def test_a_sentence_chunked_documents_lora_is_its_sentences_loras(d2l_model):
+    """Read by sentence, a document's LoRA is its statements' own LoRAs along the rank (so their update is the sum
+    of theirs), whatever the chunk length; read by tokens, chunk boundaries cut through the statements."""
+    model = d2l_model("algo.encoder.max_doc_length=32", "algo.encoder.max_chunks=4", "algo.encoder.chunking=sentences")
+    assert model.reading == {"max_doc_length": 32, "max_chunks": 4, "chunking": "sentences"}
+    _scale(model)
+    r = model.spec.rank
+    lora = model.internalize("".join(SENTENCES[:3]))
+    parts = [model.internalize(s) for s in SENTENCES[:3]]
+    for path in model.wrappers:
+        torch.testing.assert_close(lora.A[path][0], torch.cat([p.A[path][0] for p in parts]))
+        torch.testing.assert_close(lora.B[path][0], torch.cat([p.B[path][0] for p in parts]))
+    tokens = d2l_model("algo.encoder.max_doc_length=32", "algo.encoder.max_chunks=4")
+    assert tokens.internalize("".join(SENTENCES[:3])).A[path].shape[1] == 2 * r  # 58 bytes: 2 chunks, not 3

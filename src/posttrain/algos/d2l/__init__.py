@@ -140,7 +140,7 @@ def _longest_d2l(cfg: DictConfig) -> tuple[int, float, int, int] | None:
 
         algo, enc = cfg.algo, cfg.algo.encoder
         records, _ = d2l_records(cfg.data, tokenizer)
-        rows = featurize_all(records, tokenizer, algo.max_length, enc.max_doc_length, enc.max_chunks)
+        rows = featurize_all(records, tokenizer, algo.max_length, enc.max_doc_length, enc.max_chunks, enc.chunking)
         chunks = [r.get("ctx_chunks") or [r["ctx_ids"]] for r in rows]
         return (
             max(len(r["input_ids"]) for r in rows),

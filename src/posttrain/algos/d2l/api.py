@@ -30,8 +30,7 @@ __all__ = [
 def _featurized(cfg: DictConfig, model: D2LModel, records: list[dict[str, Any]]) -> list[dict[str, Any]]:
     from posttrain.data.d2l import featurize_all
 
-    enc = cfg.algo.encoder
-    return featurize_all(records, model.tokenizer, cfg.algo.max_length, enc.max_doc_length, enc.max_chunks)
+    return featurize_all(records, model.tokenizer, cfg.algo.max_length, **model.reading)
 
 
 def teacher_key_parts(cfg: DictConfig) -> dict[str, Any]:

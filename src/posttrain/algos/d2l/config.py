@@ -31,6 +31,9 @@ class D2LEncoderConfig:
     # max_doc_length). The in-context teacher and baseline read exactly the same (cut) document.
     max_doc_length: int = num(256, gt=0)
     max_chunks: int = num(4, gt=0)
+    # tokens: chunks of max_doc_length consecutive tokens; sentences: one chunk per sentence (a longer sentence goes
+    # on in the next chunk), so that a chunk's LoRA comes from one statement (`posttrain.data.d2l.document_chunks`)
+    chunking: str = "tokens"
 
 
 @dataclass
@@ -234,6 +237,10 @@ def _check_eval(cfg: DictConfig) -> None:
     for cond, n in steps.items():
         if cond in (algo.eval_conditions or ()) and not n:
             raise ConfigError(f"algo.eval_conditions names {cond} but algo.baselines.{cond}_steps=0 (nothing to train)")
+    from posttrain.data.d2l import CHUNKINGS
+
+    if algo.encoder.chunking not in CHUNKINGS:
+        raise ConfigError(f"algo.encoder.chunking={algo.encoder.chunking} is not one of {', '.join(CHUNKINGS)}")
     positions = int(cfg.model.arch.max_position_embeddings)
     if context_window(cfg) > positions:
         raise ConfigError(f"algo.context_window={algo.context_window} exceeds the model's {positions} positions")

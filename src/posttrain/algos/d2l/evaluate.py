@@ -42,11 +42,11 @@ from posttrain.algos.d2l.monitor import document_index
 from posttrain.algos.d2l.scoring import best_over, contains_answer, score
 from posttrain.analysis.stats import bootstrap_ci
 from posttrain.data.d2l import (
+    document_chunks,
     featurize,
     featurize_all,
     in_context_prompt,
     in_context_view,
-    visible_document,
     window_document,
 )
 
@@ -196,9 +196,9 @@ def evaluate_model(
         raise ValueError("evaluation needs at least two held-out documents (the other-document control)")
     positions = int(model.base.config.max_position_embeddings)
     window = int(context_window or positions)
-    read = {"max_doc_length": model.max_doc_length, "max_chunks": model.max_chunks}
+    read = model.reading
     rows = [featurize(r, tok, max_length, **read) for r in records]
-    seen = [visible_document(d, tok, **read)[1] for d in docs]
+    seen = [document_chunks(d, tok, **read)[1] for d in docs]
     cut = [window_document(r, tok, max_length, window) for r in records]
     doc_tokens = [len(tok(d, add_special_tokens=False)["input_ids"]) for d in docs]
     other = [(d + 1) % len(docs) for d in range(len(docs))]

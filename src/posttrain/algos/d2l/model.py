@@ -41,10 +41,12 @@ class D2LModel(nn.Module):
         share_encoder_weights: bool = True,
         max_doc_length: int = 256,
         max_chunks: int = 1,
+        chunking: str = "tokens",
     ):
         super().__init__()
-        # how `internalize` reads a document: chunks of max_doc_length tokens, at most max_chunks (the rest is cut)
-        self.max_doc_length, self.max_chunks = max_doc_length, max_chunks
+        # how `internalize` reads a document: chunks of at most max_doc_length tokens split by `chunking`, at most
+        # max_chunks (the rest is cut): `posttrain.data.d2l.document_chunks`
+        self.max_doc_length, self.max_chunks, self.chunking = max_doc_length, max_chunks, chunking
         base.requires_grad_(False)
         base.eval()
         self.base = base
@@ -141,14 +143,18 @@ class D2LModel(nn.Module):
         sel = labels[:, 1:] != IGNORE_INDEX
         return self.base.get_output_embeddings()(out.last_hidden_state[:, :-1][sel]).float(), lora
 
+    @property
+    def reading(self) -> dict[str, Any]:
+        """How this model reads a document: the keyword arguments of `document_chunks` and `featurize`."""
+        return {"max_doc_length": self.max_doc_length, "max_chunks": self.max_chunks, "chunking": self.chunking}
+
     def tokenize_docs(self, docs: Sequence[str]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """(chunk ids, chunk mask, chunk -> document) for `docs`, read as in training (`featurize`)."""
-        from posttrain.data.d2l import chunks_of, visible_document
+        from posttrain.data.d2l import document_chunks
 
         chunks, doc = [], []
         for i, d in enumerate(docs):
-            ids = visible_document(d, self.tokenizer, self.max_doc_length, self.max_chunks)[0]
-            parts = chunks_of(ids, self.max_doc_length) or [[]]
+            parts = document_chunks(d, self.tokenizer, **self.reading)[0] or [[]]
             chunks += parts
             doc += [i] * len(parts)
         width = max(len(x) for x in chunks)
@@ -253,6 +259,7 @@ def build_model(cfg: DictConfig) -> D2LModel:
             share_encoder_weights=enc.share_weights,
             max_doc_length=enc.max_doc_length,
             max_chunks=enc.max_chunks,
+            chunking=enc.chunking,
         )
     return model
 

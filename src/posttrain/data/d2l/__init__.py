@@ -11,6 +11,7 @@ helpers on first use."""
 from __future__ import annotations
 
 import os
+import re
 import uuid
 from typing import Any
 
@@ -23,9 +24,11 @@ from posttrain.errors import DataError
 
 __all__ = [
     "ATTRIBUTES",
+    "CHUNKINGS",
     "QA_FORMATS",
     "chunks_of",
     "d2l_records",
+    "document_chunks",
     "fact_documents",
     "fact_qa",
     "featurize",
@@ -40,6 +43,8 @@ __all__ = [
 ]
 GENERATORS = ("d2l_synth", "d2l_facts")
 QA_FORMATS = {"d2l_squad": "squad", "d2l_drop": "drop", "d2l_ropes": "ropes"}  # data.name -> load_squad's fmt
+CHUNKINGS = ("tokens", "sentences")  # algo.encoder.chunking: how `document_chunks` splits a document
+SENTENCE_END = re.compile(r"(?<=[.!?])(?=\s)")  # the whitespace after a sentence starts the next sentence's piece
 
 
 def _split_by_doc(records: list[dict[str, Any]], num_train: int, num_eval: int) -> tuple[list, list]:
@@ -106,6 +111,34 @@ def chunks_of(ids: list[int], max_doc_length: int) -> list[list[int]]:
     return [ids[i : i + max_doc_length] for i in range(0, len(ids), max_doc_length)]
 
 
+def document_chunks(
+    document: str, tokenizer: Any, max_doc_length: int, max_chunks: int = 1, chunking: str = "tokens"
+) -> tuple[list[list[int]], str]:
+    """The encoder's chunks of `document` (at most `max_chunks`) and the text they hold (what the in-context teacher
+    and baseline read). `tokens`: consecutive runs of `max_doc_length` tokens. `sentences`: one chunk per sentence
+    (a sentence ends at `.`, `!` or `?` before whitespace), a sentence longer than `max_doc_length` tokens going on
+    in the next chunk; so each chunk's LoRA is generated from one fact statement, and the document's LoRA is their
+    sum."""
+    if chunking == "tokens":
+        ids, text = visible_document(document, tokenizer, max_doc_length, max_chunks)
+        return chunks_of(ids, max_doc_length), text
+    if chunking != "sentences":
+        raise ValueError(f"chunking={chunking!r} is not one of {', '.join(CHUNKINGS)}")
+    chunks: list[list[int]] = []
+    kept: list[str] = []
+    for piece in SENTENCE_END.split(document):
+        ids = tokenizer(piece, add_special_tokens=False)["input_ids"]
+        room = max_chunks - len(chunks)
+        parts = chunks_of(ids, max_doc_length)
+        if len(parts) > room:  # the document is cut inside this sentence
+            chunks += parts[:room]
+            kept.append(tokenizer.decode([t for p in parts[:room] for t in p]) if room else "")
+            break
+        chunks += parts
+        kept.append(piece)
+    return chunks, "".join(kept)
+
+
 def _reply(record: dict[str, Any]) -> list[dict[str, str]]:
     return [{"role": "assistant", "content": record.get("reply") or record["answer"]}]
 
@@ -142,16 +175,23 @@ def window_document(record: dict[str, Any], tokenizer: Any, max_length: int, win
 
 
 def featurize(
-    record: dict[str, Any], tokenizer: Any, max_length: int, max_doc_length: int, max_chunks: int = 1
+    record: dict[str, Any],
+    tokenizer: Any,
+    max_length: int,
+    max_doc_length: int,
+    max_chunks: int = 1,
+    chunking: str = "tokens",
 ) -> dict[str, Any]:
     """Token ids for one record: the visible document `ctx_ids` and its `ctx_chunks` (of at most `max_doc_length`
-    tokens each, at most `max_chunks`), student `input_ids/labels`, teacher `t_input_ids/t_labels` (the teacher
-    reads exactly the visible document). The labelled reply is the record's `reply` if it has one, else `answer`."""
+    tokens each, at most `max_chunks`, split by `chunking`: `document_chunks`), student `input_ids/labels`, teacher
+    `t_input_ids/t_labels` (the teacher reads exactly the visible document). The labelled reply is the record's
+    `reply` if it has one, else `answer`."""
     import torch
 
     from posttrain.data.chat import IGNORE_INDEX, assistant_labels, check_labels
 
-    ctx, document = visible_document(record["document"], tokenizer, max_doc_length, max_chunks)
+    chunks, document = document_chunks(record["document"], tokenizer, max_doc_length, max_chunks, chunking)
+    ctx = [t for c in chunks for t in c]
     if not ctx:
         raise DataError(f"the document of {record['question']!r} is empty: nothing to internalize")
     student = assistant_labels(
@@ -169,7 +209,7 @@ def featurize(
         )
     return {
         "ctx_ids": ctx,
-        "ctx_chunks": chunks_of(ctx, max_doc_length),
+        "ctx_chunks": chunks,
         "input_ids": student["input_ids"],
         "labels": student["labels"],
         "t_input_ids": teacher["input_ids"],
@@ -186,13 +226,14 @@ def featurize_all(
     max_length: int,
     max_doc_length: int,
     max_chunks: int = 1,
+    chunking: str = "tokens",
     num_proc: int | None = None,
 ) -> list[dict[str, Any]]:
     """`featurize` over `records`, in order. Tens of thousands of records (~1.5 ms each: chat templates and three
     tokenizations) are split over `num_proc` processes with `datasets.map` (default: one per CPU, at most 8)."""
     procs = num_proc if num_proc is not None else min(8, os.cpu_count() or 1)
     if procs <= 1 or len(records) < PARALLEL_MIN_RECORDS:
-        return [featurize(r, tokenizer, max_length, max_doc_length, max_chunks) for r in records]
+        return [featurize(r, tokenizer, max_length, max_doc_length, max_chunks, chunking) for r in records]
     from datasets import Dataset
 
     table = Dataset.from_list(records)
@@ -203,6 +244,7 @@ def featurize_all(
             "max_length": max_length,
             "max_doc_length": max_doc_length,
             "max_chunks": max_chunks,
+            "chunking": chunking,
         },
         remove_columns=table.column_names,
         num_proc=procs,
