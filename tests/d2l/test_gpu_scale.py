@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -51,3 +52,41 @@ def test_a_stop_step_past_the_schedule_is_refused_before_any_run(gpu_scale, tmp_
         gpu_scale.main(["--cpu", "--tiny", "--steps", "5", "--stop-step", "5", "--out", str(tmp_path), "fact1"])
     assert stop.value.code == 2 and "--stop-step 5 is not below the steps of fact1 (5)" in capsys.readouterr().err
     assert not list(tmp_path.iterdir())  # no run started
+
+
+@pytest.fixture(scope="module")
+def gpu_bundle():
+    return experiment_script(ROOT / "experiments" / "d2l_smollm2" / "gpu_bundle.py")
+
+
+def test_bundle_runs_are_named_as_gpu_scale_names_them(gpu_bundle):
+    assert gpu_bundle.arm_and_seed("fact1_chunks_s2") == ("fact1_chunks", 2)
+    assert gpu_bundle.arm_and_seed("fact1") == ("fact1", 0)
+    assert [gpu_bundle.set_name(1, t) for t in (0, 1024, 4096)] == ["s1", "s1_x2", "s1_x8"]
+    with pytest.raises(ValueError, match=r"fact2: not a gpu_scale\.py run"):
+        gpu_bundle.arm_and_seed("fact2")
+    with pytest.raises(ValueError, match="1000 tokens is not a multiple"):
+        gpu_bundle.set_name(0, 1000)
+
+
+@pytest.mark.slow  # three train.py processes on a small random model: ~75 s
+def test_a_hypernet_brought_back_scores_here_as_it_did_there(gpu_scale, gpu_bundle, tmp_path):
+    """The device's side on this CPU (--cpu --tiny), then this machine's: the run's hypernet comes back without its
+    optimizer state, unpacks into report.py's folders, and evaluated again gives the device's numbers."""
+    bundle, results = tmp_path / "d2l_scale", tmp_path / "results"
+    device = ["--cpu", "--tiny", "--steps", "3", "--seeds", "1", "--threads", "1", "--eval-tokens", "1024"]
+    gpu_scale.main([*device, "--out", str(bundle), "fact1_chunks"])
+    kept = bundle / "fact1_chunks_s1_hypernet"
+    assert (kept / "hypernet.safetensors").is_file() and not list(kept.glob("optimizer*"))
+    written = gpu_bundle.unpack(bundle, results)
+    assert [w.relative_to(results).as_posix() for w in written] == ["fact1_chunks/s1", "fact1_chunks/s1_x2"]
+    there = json.loads((results / "fact1_chunks" / "s1_x2" / "eval.json").read_text())
+    here_args = ["--tiny", "--eval-tokens", "1024", "--eval-docs", "4", "--conditions", "d2l,d2l_other_doc"]
+    gpu_bundle.main(["evaluate", str(bundle), str(results), *here_args, "--threads", "1"])
+    here = json.loads((results / "fact1_chunks_cpu" / "s1_x2" / "eval.json").read_text())
+    assert here["conditions"] == ["d2l", "d2l_other_doc"] and here["num_questions"] == there["num_questions"]
+    # the same numbers to the last bit (fp32, one thread, both here): the hypernet at its initialisation, which the
+    # same seed would rebuild, differs from the trained one in the 6th digit
+    for cond in ("d2l", "d2l_other_doc"):
+        assert here[cond]["answer_loss"] == there[cond]["answer_loss"]
+    assert there["d2l"]["answer_loss"] != there["no_context"]["answer_loss"]  # the generated LoRA acts
