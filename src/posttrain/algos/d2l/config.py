@@ -32,7 +32,8 @@ class D2LEncoderConfig:
     max_doc_length: int = num(256, gt=0)
     max_chunks: int = num(4, gt=0)
     # tokens: chunks of max_doc_length consecutive tokens; sentences: one chunk per sentence (a longer sentence goes
-    # on in the next chunk), so that a chunk's LoRA comes from one statement (`posttrain.data.d2l.document_chunks`)
+    # on in the next chunk), so that a chunk's LoRA comes from one statement (`posttrain.data.d2l.document_chunks`).
+    # On 3-fact documents it learned no sooner than tokens (experiments/d2l_smollm2/README.md, 2026-11-27)
     chunking: str = "tokens"
 
 
