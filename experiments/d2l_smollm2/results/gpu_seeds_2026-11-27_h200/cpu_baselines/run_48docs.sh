@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
+# bash experiments/d2l_smollm2/results/gpu_seeds_2026-11-27_h200/cpu_baselines/run_48docs.sh   (2026-11-27)
 # CPU baselines on 48 held-out fact1_chunks documents at 2x, 4x, 8x the window (no hypernet read: mode=eval init)
-cd /work/main
+cd "$(git rev-parse --show-toplevel)" && mkdir -p runs/base48
 ARM="+experiment=d2l_smollm2 hw=cpu algo.kl_coef=0 data.num_train=30000 ++data.params.num_facts=1 ++data.params.single_hop=1 ++data.params.two_hop=0 data.params.train_doc_tokens=1024 mode=eval eval.checkpoint=init data.num_eval=48 trainer.progress_bar=false"
 one() {  # one NAME TOKENS CONDITIONS [extra]
   local name=$1 tokens=$2 conds=$3; shift 3
