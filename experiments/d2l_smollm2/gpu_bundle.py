@@ -28,7 +28,7 @@ from tqdm import tqdm
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
-from gpu_scale import ARMS, COMMON, merged, run  # noqa: E402  (a script beside this one)
+from gpu_scale import ARMS, COMMON, eval_overrides, merged, run  # noqa: E402  (a script beside this one)
 
 WINDOW = 512  # algo.context_window of conf/experiment/d2l_smollm2.yaml: the long lengths are multiples of it
 NAME = re.compile(r"(?P<arm>.+?)(?:_s(?P<seed>\d+))?")
@@ -93,12 +93,8 @@ def evaluate(
         folder.mkdir(parents=True)
         over = [
             f"seed={seed}",
-            "mode=eval",
-            f"eval.checkpoint={hypernet.resolve()}",
-            f"data.num_eval={eval_docs}",
-            f"algo.eval_conditions=[{','.join(conditions)}]",
             "trainer.progress_bar=false",
-            *([f"++data.params.eval_doc_tokens={tokens}"] if tokens else []),
+            *eval_overrides(hypernet.resolve(), tokens, eval_docs, conditions),
         ]
         cmd = [sys.executable, "train.py", *merged(COMMON, ARMS[arm], device, over), f"hydra.run.dir={folder}"]
         if run(cmd, folder / "train.log", threads):

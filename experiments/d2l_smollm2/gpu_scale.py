@@ -95,7 +95,19 @@ SMOKE = merged(
     ["model.arch.num_key_value_heads=1", "model.arch.head_dim=32", "data.num_train=64"],
 )
 TRAINING_STATE = ("optimizer.pt", "scheduler.pt", "rng_state*")  # what only resuming needs: it stays on the device
-LONG_CONDITIONS = "algo.eval_conditions=[no_context,in_context,in_context_truncated,d2l,d2l_other_doc]"
+LONG_CONDITIONS = ("no_context", "in_context", "in_context_truncated", "d2l", "d2l_other_doc")
+
+
+def eval_overrides(checkpoint: Path, tokens: int, docs: int, conditions: tuple[str, ...] | list[str]) -> list[str]:
+    """`mode=eval` of a hypernet checkpoint on the first `docs` held-out documents padded to `tokens` (0: as they
+    are), for `conditions`; here after training and in gpu_bundle.py on a CPU."""
+    return [
+        "mode=eval",
+        f"eval.checkpoint={checkpoint}",
+        f"data.num_eval={docs}",
+        f"algo.eval_conditions=[{','.join(conditions)}]",
+        *([f"++data.params.eval_doc_tokens={tokens}"] if tokens else []),
+    ]
 
 
 def run(cmd: list[str], log: Path, threads: int = 4) -> int:
@@ -145,14 +157,10 @@ def arm_job(
     for tokens in eval_tokens if rc == 0 and checkpoints else []:
         eval_dir = Path(f"{run_dir}_x{tokens}")
         shutil.rmtree(eval_dir, ignore_errors=True)
-        over = [
-            "mode=eval",
-            f"eval.checkpoint={checkpoints[-1]}",
-            f"++data.params.eval_doc_tokens={tokens}",
-            f"data.num_eval={min(eval_docs, OmegaConf.load(run_dir / 'config.yaml').data.num_eval)}",  # --cpu: 4
-        ]
+        docs = min(eval_docs, OmegaConf.load(run_dir / "config.yaml").data.num_eval)  # --cpu: 4
+        over = eval_overrides(checkpoints[-1], tokens, docs, LONG_CONDITIONS)
         rc_eval = run(
-            [sys.executable, "train.py", *merged(base, over, [LONG_CONDITIONS]), f"hydra.run.dir={eval_dir}"],
+            [sys.executable, "train.py", *merged(base, over), f"hydra.run.dir={eval_dir}"],
             log,
             threads,
         )
