@@ -183,6 +183,22 @@ def test_save_load_gives_the_identical_lora(tmp_path, d2l_model):
         assert torch.equal(a.A[path], b.A[path]) and torch.equal(a.B[path], b.B[path])
 
 
+def test_training_starts_from_init_hypernet(tmp_path, d2l_model, d2l_cfg):
+    """`algo.init_hypernet`: the trainer's hypernet is the saved one (a curriculum's second stage), at step 0."""
+    from posttrain.algos.d2l import api
+
+    saved = d2l_model()
+    _randomize_scalers(saved)
+    saved.save_hypernet(tmp_path / "stage1")
+    trainer = api.build_trainer(d2l_cfg(f"algo.init_hypernet={tmp_path / 'stage1'}"), tmp_path / "run")
+    fresh = api.build_trainer(d2l_cfg(), tmp_path / "fresh")
+    a, b, c = (m.internalize(DOCS[0]) for m in (saved, trainer.model, fresh.model))
+    for path in a.A:
+        assert torch.equal(a.A[path], b.A[path]) and torch.equal(a.B[path], b.B[path])
+    assert not all(torch.equal(a.B[path], c.B[path]) for path in a.B)  # a fresh build differs
+    assert trainer.state.global_step == 0
+
+
 def test_load_refuses_a_different_hypernet(tmp_path, d2l_model):
     from posttrain.errors import CheckpointError
 

@@ -44,7 +44,8 @@ def teacher_key_parts(cfg: DictConfig) -> dict[str, Any]:
 
 
 def build_trainer(cfg: DictConfig, run_dir: Path, callbacks: list | None = None):
-    """Base model + hypernet, featurized training documents (+ cached teacher top-k), `D2LTrainer`."""
+    """Base model + hypernet (its weights from `algo.init_hypernet` when set), featurized training documents (+
+    cached teacher top-k), `D2LTrainer`."""
     from transformers import TrainingArguments
 
     from posttrain.algos.d2l.batching import D2LCollator, ListDataset
@@ -54,6 +55,8 @@ def build_trainer(cfg: DictConfig, run_dir: Path, callbacks: list | None = None)
 
     algo = cfg.algo
     model = build_model(cfg)
+    if algo.init_hypernet:
+        model.load_hypernet(algo.init_hypernet)
     train_records, held_out = d2l_records(cfg.data, model.tokenizer)
     rows = _featurized(cfg, model, train_records)
     monitor: dict[str, Any] = {}

@@ -109,6 +109,10 @@ class D2LAlgoConfig:
     # the seeds of an experiment on a pretrained base, whose teacher does not depend on the seed).
     kl_cache_dir: str | None = local_path(None, kind="dir", must_exist=False)
     l1_coef: float = num(0.0, ge=0)  # L1 penalty on the generated A/B entries (mean |.|)
+    # A D2L checkpoint (or a hypernet directory of gpu_scale.py) whose hypernet weights training starts from, its
+    # config equal to this run's; the optimizer, schedule and step start afresh (a curriculum: one-fact documents,
+    # then several). `resume` instead continues a run where it stopped.
+    init_hypernet: str | None = local_path(None, kind="dir", noun="hypernet checkpoint directory")
     max_length: int = num(128, gt=0)  # question + answer tokens (student); the teacher adds the document
     max_new_tokens: int = num(12, gt=0)
     eval_at_end: bool = True  # held-out evaluation after training (summary.json["eval"])
