@@ -4,6 +4,7 @@
     python experiments/d2l_smollm2/gpu_scale.py --train-s 330 [ARM ...]      # SmolLM2 (the wheel reassembled first)
     python experiments/d2l_smollm2/gpu_scale.py --steps 2400 --seeds 1,2 --eval-tokens 1024,2048,4096 fact1_chunks
     python experiments/d2l_smollm2/gpu_scale.py --steps 2400 --stop-step 1750 fact1@1,2 fact1_chunks@0,1,2
+    python experiments/d2l_smollm2/gpu_scale.py --steps 4000 --init /tmp/d2l_scale/fact1_hypernet facts3_sentences
 
 A 135M model at batch 32 leaves an H200 mostly idle, so the arms run at once, each `python train.py
 +experiment=d2l_smollm2 hw=h200 hw.precision=bf16` with CE only (`algo.kl_coef=0`: no teacher to cache), then the
@@ -63,6 +64,16 @@ ARMS: dict[str, list[str]] = {
     # the CPU probes' documents (README, "What is missing"): 3 and 1 fact, one chunk, one-fact questions
     "facts3": ["data.num_train=10000", "++data.params.num_facts=3", "++data.params.single_hop=3", *ONE_CHUNK],
     "fact1": ["data.num_train=30000", "++data.params.num_facts=1", "++data.params.single_hop=1", *ONE_CHUNK],
+    # facts3 read one sentence (one fact) per chunk: with --init of a fact1 hypernet, a curriculum whose second stage
+    # starts where one-fact documents left the hypernet (a CPU probe: README, "What is missing")
+    "facts3_sentences": [
+        "data.num_train=10000",
+        "++data.params.num_facts=3",
+        "++data.params.single_hop=3",
+        *ONE_CHUNK,
+        "algo.encoder.chunking=sentences",
+        "algo.encoder.max_doc_length=32",
+    ],
     # one fact hidden among filler in training documents of 1-8 chunks (up to 2x the 512-token window): what reading
     # a long document needs (a hypernet trained on one chunk sums 8 chunks' LoRAs into nonsense: README)
     "fact1_chunks": [
@@ -192,6 +203,12 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--eval-tokens", default="", help="after training: held-out documents padded to these lengths")
     ap.add_argument("--eval-docs", type=int, default=16, help="how many held-out documents --eval-tokens evaluates")
     ap.add_argument("--out", default=os.environ.get("OUT", "/tmp/out"))
+    ap.add_argument(
+        "--init",
+        type=Path,
+        help="a hypernet directory every run starts from (algo.init_hypernet), e.g. /tmp/d2l_scale/fact1_hypernet "
+        "that this machine's previous call trained, or one carried here",
+    )
     ap.add_argument("--cpu", action="store_true", help="hw=cpu: a dry run of the driver on a machine without a GPU")
     ap.add_argument("--tiny", action="store_true", help="a smoke run: a small random-init model (SMOKE)")
     args = ap.parse_args(argv)
@@ -199,6 +216,8 @@ def main(argv: list[str] | None = None) -> None:
     unknown = [arm for arm, _ in runs if arm not in ARMS]
     if unknown:
         ap.error(f"unknown arm(s) {', '.join(unknown)} (have: {', '.join(ARMS)})")
+    if args.init and not (args.init / "hypernet.safetensors").is_file():  # a cold machine lost /tmp
+        ap.error(f"--init {args.init}: no hypernet.safetensors there")
     eval_tokens = [int(t) for t in args.eval_tokens.split(",") if t]
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -225,7 +244,7 @@ def main(argv: list[str] | None = None) -> None:
                     *([f"trainer.stop_step={args.stop_step}"] if args.stop_step else []),
                 ]
             print(f"{name}: started ({' '.join(over)})", flush=True)
-            over += [f"seed={seed}", *device]
+            over += [f"seed={seed}", *device, *([f"algo.init_hypernet={args.init.resolve()}"] if args.init else [])]
             lengths = eval_tokens if arm in SEVERAL_CHUNKS and not args.calibrate else []
             job = pool.submit(arm_job, arm, name, over, lengths, out, t0, args.threads, args.eval_docs)
             jobs[name] = arm, job

@@ -54,6 +54,20 @@ def test_a_stop_step_past_the_schedule_is_refused_before_any_run(gpu_scale, tmp_
     assert not list(tmp_path.iterdir())  # no run started
 
 
+def test_init_starts_every_run_from_the_hypernet_and_a_missing_one_is_refused(gpu_scale, tmp_path, monkeypatch, capsys):
+    with pytest.raises(SystemExit) as stop:
+        gpu_scale.main(["--cpu", "--tiny", "--init", str(tmp_path / "gone"), "--out", str(tmp_path / "o"), "facts3"])
+    assert stop.value.code == 2 and "no hypernet.safetensors there" in capsys.readouterr().err
+    assert not (tmp_path / "o").exists()
+    (tmp_path / "h").mkdir()
+    (tmp_path / "h" / "hypernet.safetensors").write_bytes(b"")
+    seen = {}
+    monkeypatch.setattr(gpu_scale, "arm_job", lambda arm, name, over, *a: seen.setdefault(name, over) and {})
+    gpu_scale.main(["--cpu", "--tiny", "--init", str(tmp_path / "h"), "--out", str(tmp_path / "o"), "facts3@0,1"])
+    assert sorted(seen) == ["facts3", "facts3_s1"]
+    assert all(f"algo.init_hypernet={tmp_path / 'h'}" in over for over in seen.values())
+
+
 @pytest.fixture(scope="module")
 def gpu_bundle():
     return experiment_script(ROOT / "experiments" / "d2l_smollm2" / "gpu_bundle.py")
