@@ -79,3 +79,19 @@ def test_report_adds_a_baseline_run_once_to_every_seed(tmp_path):
         mod.add_rows(mod.load_runs(tmp_path), ["cd"], cd)
     with pytest.raises(SystemExit, match="no set x2"):
         mod.rows_option(sets, f"x2:cd={cd}")
+
+
+def test_plot_gaps_reads_each_monitor_step_and_names_a_run_without_one(tmp_path, capsys):
+    mod = experiment_script(SCRIPT.parent / "plot_gaps.py")
+    run = tmp_path / "run"
+    run.mkdir()
+    rows = [{"step": 200, "eval_heldout_loss": 1.0}, {"step": 200, "eval_heldout_gap": 0.25, "eval_train_gap": 0.5}]
+    rows.append({"step": 400, "eval_heldout_gap": 0.375, "eval_train_gap": 0.625})
+    (run / "eval_metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    assert mod.gap_series(run) == [(200, 0.25), (400, 0.375)]  # HF's per-dataset lines carry no gap
+    assert mod.gap_series(run, "eval_train_gap") == [(200, 0.5), (400, 0.625)]
+    mod.main([f"a run={run}", "--out", str(tmp_path / "gaps.png")])
+    assert (tmp_path / "gaps.png").read_bytes()[:4] == b"\x89PNG"
+    (tmp_path / "none").mkdir()
+    with pytest.raises(SystemExit, match="none: no eval_heldout_gap"):
+        mod.gap_series(tmp_path / "none")

@@ -1,0 +1,54 @@
+"""D2L runs' document-dependence monitors side by side: the held-out gap (the answer CE of the first
+`algo.monitor_docs` held-out documents' questions with another document's LoRA minus with their own; 0: the hypernet
+emits one LoRA for every document) against the training step, one line per run.
+
+    python experiments/d2l_smollm2/plot_gaps.py "cold start=results/probes/three_facts_8000docs_1000steps" \
+        "after one-fact documents=results/probes/curriculum_fact1_then_facts3/stage2_facts3_1000steps" --out gaps.png
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from posttrain.callbacks import read_metrics
+
+
+def gap_series(run: Path, key: str = "eval_heldout_gap") -> list[tuple[int, float]]:
+    """(step, gap) of each monitor evaluation in `run`'s eval_metrics.jsonl."""
+    rows = read_metrics(Path(run) / "eval_metrics.jsonl")
+    series = [(int(r["step"]), float(r[key])) for r in rows if key in r]
+    if not series:
+        raise SystemExit(f"{run}: no {key} in eval_metrics.jsonl (was algo.monitor_steps set?)")
+    return series
+
+
+def main(argv: list[str] | None = None) -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("runs", nargs="+", help="LABEL=RUN_DIR (a run directory with eval_metrics.jsonl)")
+    p.add_argument("--out", type=Path, required=True, help="the PNG to write")
+    p.add_argument("--split", choices=["heldout", "train"], default="heldout")
+    args = p.parse_args(argv)
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6.4, 3.6))
+    for spec in args.runs:
+        label, sep, run = spec.partition("=")
+        if not sep:
+            p.error(f"{spec}: expected LABEL=RUN_DIR")
+        steps, gaps = zip(*gap_series(Path(run), f"eval_{args.split}_gap"), strict=True)
+        ax.plot(steps, gaps, marker="o", label=label)
+    ax.axhline(0.0, color="grey", linewidth=0.8)
+    ax.set_xlabel("training step")
+    ax.set_ylabel(f"{args.split} gap: other doc's CE - own (nats)")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(args.out, dpi=120)
+    print(f"written: {args.out}")
+
+
+if __name__ == "__main__":
+    main()
