@@ -44,7 +44,7 @@ def main(argv: list[str] | None = None) -> None:
     ax.axhline(0.0, color="grey", linewidth=0.8)
     ax.set_xlabel("training step")
     ax.set_ylabel(f"{args.split} gap: other doc's CE - own (nats)")
-    ax.legend(fontsize=8)
+    ax.legend(fontsize=8, loc="lower right", bbox_to_anchor=(1.0, 0.06))  # above the lines that stay at 0
     fig.tight_layout()
     fig.savefig(args.out, dpi=120)
     print(f"written: {args.out}")

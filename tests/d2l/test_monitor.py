@@ -6,6 +6,7 @@ import json
 from types import SimpleNamespace
 
 import pytest
+import torch
 
 from posttrain.algos.d2l.monitor import gaps, monitor_datasets, swap_documents
 from posttrain.callbacks import JsonlMetricsCallback
@@ -104,6 +105,23 @@ def test_training_logs_the_monitor_to_eval_metrics(d2l_cfg, tmp_path):
     assert summaries[-1]["eval_train_gap"] != 0.0  # a trained hypernet: the document changes the LoRA
     train_logs = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
     assert train_logs and all(not any(k.startswith("eval_") for k in r) for r in train_logs)
+
+
+def test_a_warm_start_logs_its_monitor_at_step_0(d2l_cfg, d2l_model, tmp_path):
+    from posttrain.algos.d2l import api
+
+    saved = d2l_model()
+    with torch.no_grad():
+        saved.hypernet.scale_B.normal_(0, 1.0)  # a generated LoRA that depends on the document
+    saved.save_hypernet(tmp_path / "stage1")
+    over = ["data.num_train=6", "data.num_eval=3", "algo.monitor_steps=2", "algo.monitor_docs=2", "trainer.max_steps=2"]
+    cfg = d2l_cfg(*over, f"algo.init_hypernet={tmp_path / 'stage1'}")
+    trainer = api.build_trainer(cfg, tmp_path / "run", callbacks=[JsonlMetricsCallback(tmp_path / "metrics.jsonl")])
+    trainer.train()
+    logs = [json.loads(line) for line in (tmp_path / "eval_metrics.jsonl").read_text().splitlines()]
+    summaries = [r for r in logs if "eval_heldout_gap" in r]
+    assert [r["step"] for r in summaries] == [0, 2]
+    assert summaries[0]["eval_train_gap"] != 0.0  # the saved hypernet already tells documents apart
 
 
 def test_resume_cuts_eval_metrics_back_to_the_checkpoint(tmp_path):

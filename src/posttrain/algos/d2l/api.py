@@ -70,6 +70,8 @@ def build_trainer(cfg: DictConfig, run_dir: Path, callbacks: list | None = None)
             "eval_strategy": "steps",
             "eval_steps": algo.monitor_steps,
             "per_device_eval_batch_size": algo.eval_batch_size,
+            # a warm start's gap before its first step (a cold start's is 0: the generated LoRA starts at zero)
+            "eval_on_start": bool(algo.init_hypernet),
         }
     teacher = None
     if algo.kl_coef > 0:  # computed by the trainer once it has placed the model
