@@ -216,8 +216,11 @@ def main(argv: list[str] | None = None) -> None:
     unknown = [arm for arm, _ in runs if arm not in ARMS]
     if unknown:
         ap.error(f"unknown arm(s) {', '.join(unknown)} (have: {', '.join(ARMS)})")
-    if args.init and not (args.init / "hypernet.safetensors").is_file():  # a cold machine lost /tmp
-        ap.error(f"--init {args.init}: no hypernet.safetensors there")
+    if args.init:  # refused here, before the device starts any run (a cold machine lost /tmp)
+        from posttrain.algos.d2l.model import WEIGHTS
+
+        if not (args.init / WEIGHTS).is_file():
+            ap.error(f"--init {args.init}: no {WEIGHTS} there")
     eval_tokens = [int(t) for t in args.eval_tokens.split(",") if t]
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)

@@ -62,7 +62,12 @@ def test_init_starts_every_run_from_the_hypernet_and_a_missing_one_is_refused(gp
     (tmp_path / "h").mkdir()
     (tmp_path / "h" / "hypernet.safetensors").write_bytes(b"")
     seen = {}
-    monkeypatch.setattr(gpu_scale, "arm_job", lambda arm, name, over, *a: seen.setdefault(name, over) and {})
+
+    def arm_job(arm, name, over, *rest):  # records each run's overrides instead of training
+        seen[name] = over
+        return {}
+
+    monkeypatch.setattr(gpu_scale, "arm_job", arm_job)
     gpu_scale.main(["--cpu", "--tiny", "--init", str(tmp_path / "h"), "--out", str(tmp_path / "o"), "facts3@0,1"])
     assert sorted(seen) == ["facts3", "facts3_s1"]
     assert all(f"algo.init_hypernet={tmp_path / 'h'}" in over for over in seen.values())

@@ -33,7 +33,8 @@ class D2LEncoderConfig:
     max_chunks: int = num(4, gt=0)
     # tokens: chunks of max_doc_length consecutive tokens; sentences: one chunk per sentence (a longer sentence goes
     # on in the next chunk), so that a chunk's LoRA comes from one statement (`posttrain.data.d2l.document_chunks`).
-    # On 3-fact documents it learned no sooner than tokens (experiments/d2l_smollm2/README.md, 2026-11-27)
+    # From scratch on 3-fact documents it learned no sooner than tokens; after a stage on one-fact documents
+    # (algo.init_hypernet) it gives each chunk one fact, as in that stage (experiments/d2l_smollm2/README.md)
     chunking: str = "tokens"
 
 
