@@ -195,6 +195,33 @@ def hops_table(runs: dict[int, dict[str, Any]]) -> list[str]:
     return lines
 
 
+def kind_table(runs: dict[int, dict[str, Any]]) -> list[str]:
+    """D2L by the kind of fact asked (birth date, company, number of papers...): which facts a LoRA carries."""
+    kinds = sorted({r["kind"] for r in _rows(runs)[0] if r.get("kind")})
+    lines = [
+        "| fact asked | questions | in context, accuracy | D2L accuracy [95% CI] | D2L F1 | D2L answer CE | other "
+        "document's LoRA, answer CE |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for kind in kinds:
+        subset = {s: _only(run, lambda r, k=kind: r.get("kind") == k) for s, run in runs.items()}
+        acc = pooled(subset, "d2l", "correct")
+        if acc is None:
+            continue
+        ic, f1, ce, other = (
+            pooled(subset, c, k)
+            for c, k in (("in_context", "correct"), ("d2l", "f1"), ("d2l", "nll"), ("d2l_other_doc", "nll"))
+        )
+        lines.append(
+            f"| {kind} | {acc['n']} | {_mean(ic)} | {cell(acc)} | {_mean(f1)} | {_mean(ce)} | {_mean(other)} |"
+        )
+    return lines if len(lines) > 2 else ["(the questions carry no kind)"]
+
+
+def _mean(stat: dict[str, Any] | None) -> str:
+    return "-" if stat is None else f"{stat['mean']:.3f}"
+
+
 def _only(run: dict[str, Any], keep: Any) -> dict[str, Any]:
     ev = dict(run["eval"], per_question=[r for r in run["eval"]["per_question"] if keep(r)])
     return dict(run, eval=ev)
@@ -308,6 +335,10 @@ def report(sets: dict[str, dict[int, dict[str, Any]]]) -> str:
             "### One-fact and two-fact questions",
             "",
             *hops_table(runs),
+            "",
+            "### D2L by the fact asked",
+            "",
+            *kind_table(runs),
             "",
             "### Same LoRA, other entity",
             "",

@@ -95,3 +95,24 @@ def test_plot_gaps_reads_each_monitor_step_and_names_a_run_without_one(tmp_path,
     (tmp_path / "none").mkdir()
     with pytest.raises(SystemExit, match="none: no eval_heldout_gap"):
         mod.gap_series(tmp_path / "none")
+
+
+def test_report_splits_d2l_by_the_kind_of_fact_asked(tmp_path):
+    """Which facts a LoRA carries: each kind's D2L accuracy pools the seeds over that kind's questions only."""
+    mod = experiment_script(SCRIPT.parent / "report.py")
+    questions, kinds = ["q0", "q1", "q2", "q3"], ["papers", "papers", "mentor", "mentor"]
+    for seed, correct in ((0, [1, 1, 0, 0]), (1, [1, 0, 1, 0])):
+        ev = _eval(questions, "d2l", correct)
+        for row, kind, c in zip(ev["per_question"], kinds, correct, strict=True):
+            row.update(kind=kind, d2l_other_doc={"correct": 0.0, "f1": 0.0, "nll": 6.0, "tokens": 2})
+            row["d2l"]["nll"] = 2.0 * (1 + c)
+        (tmp_path / f"s{seed}").mkdir()
+        (tmp_path / f"s{seed}" / "eval.json").write_text(json.dumps(ev))
+    lines = mod.kind_table(mod.load_runs(tmp_path)["facts"])
+    mentor, papers = lines[2].split(" | "), lines[3].split(" | ")
+    assert mentor[:3] == ["| mentor", "2", "-"] and papers[:3] == ["| papers", "2", "-"]  # no in-context rows here
+    assert papers[3].startswith("0.750 [") and "(seeds 1.000, 0.500)" in papers[3]
+    assert mentor[3].startswith("0.250 [") and "(seeds 0.000, 0.500)" in mentor[3]
+    # answer CE: each question's NLL over its 2 tokens, seed-averaged: papers (8/2 + 6/2) / 2 = 1.75
+    assert papers[5:] == ["1.750", "3.000 |"] and mentor[5:] == ["1.250", "3.000 |"]
+    assert mod.kind_table({0: {"eval": _eval(questions, "d2l", [1, 0, 0, 0])}}) == ["(the questions carry no kind)"]
