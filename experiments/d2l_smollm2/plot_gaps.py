@@ -4,6 +4,8 @@ emits one LoRA for every document) against the training step, one line per run.
 
     python experiments/d2l_smollm2/plot_gaps.py "cold start=results/probes/three_facts_8000docs_1000steps" \
         "after one-fact documents=results/probes/curriculum_fact1_then_facts3/stage2_facts3_1000steps" --out gaps.png
+
+`LABEL=RUN_DIR@STEP` draws a run that continued another (`algo.init_hypernet`) from STEP on: its step 0 is STEP.
 """
 
 from __future__ import annotations
@@ -23,9 +25,20 @@ def gap_series(run: Path, key: str = "eval_heldout_gap") -> list[tuple[int, floa
     return series
 
 
+def run_spec(spec: str) -> tuple[str, Path, int]:
+    """LABEL=RUN_DIR[@STEP] -> (label, run directory, the step its own step 0 continues)."""
+    label, sep, run = spec.partition("=")
+    if not sep or not run:
+        raise SystemExit(f"{spec}: expected LABEL=RUN_DIR[@STEP]")
+    head, at, start = run.rpartition("@")
+    if at and start.isdigit():
+        return label, Path(head), int(start)
+    return label, Path(run), 0
+
+
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("runs", nargs="+", help="LABEL=RUN_DIR (a run directory with eval_metrics.jsonl)")
+    p.add_argument("runs", nargs="+", help="LABEL=RUN_DIR[@STEP] (a run directory with eval_metrics.jsonl)")
     p.add_argument("--out", type=Path, required=True, help="the PNG to write")
     p.add_argument("--split", choices=["heldout", "train"], default="heldout")
     args = p.parse_args(argv)
@@ -35,12 +48,9 @@ def main(argv: list[str] | None = None) -> None:
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(6.4, 3.6))
-    for spec in args.runs:
-        label, sep, run = spec.partition("=")
-        if not sep:
-            p.error(f"{spec}: expected LABEL=RUN_DIR")
-        steps, gaps = zip(*gap_series(Path(run), f"eval_{args.split}_gap"), strict=True)
-        ax.plot(steps, gaps, marker="o", label=label)
+    for label, run, start in map(run_spec, args.runs):
+        steps, gaps = zip(*gap_series(run, f"eval_{args.split}_gap"), strict=True)
+        ax.plot([start + s for s in steps], gaps, marker="o", label=label)
     ax.axhline(0.0, color="grey", linewidth=0.8)
     ax.set_xlabel("training step")
     ax.set_ylabel(f"{args.split} gap: other doc's CE - own (nats)")

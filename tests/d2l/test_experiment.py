@@ -90,7 +90,11 @@ def test_plot_gaps_reads_each_monitor_step_and_names_a_run_without_one(tmp_path,
     (run / "eval_metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     assert mod.gap_series(run) == [(200, 0.25), (400, 0.375)]  # HF's per-dataset lines carry no gap
     assert mod.gap_series(run, "eval_train_gap") == [(200, 0.5), (400, 0.625)]
-    mod.main([f"a run={run}", "--out", str(tmp_path / "gaps.png")])
+    assert mod.run_spec(f"stage 2b={run}@1000") == ("stage 2b", run, 1000)  # a warm start drawn from step 1,000
+    assert mod.run_spec("a=/x/y@z") == ("a", Path("/x/y@z"), 0)
+    with pytest.raises(SystemExit, match="expected LABEL=RUN_DIR"):
+        mod.run_spec(str(run))
+    mod.main([f"a run={run}", f"continued={run}@400", "--out", str(tmp_path / "gaps.png")])
     assert (tmp_path / "gaps.png").read_bytes()[:4] == b"\x89PNG"
     (tmp_path / "none").mkdir()
     with pytest.raises(SystemExit, match="none: no eval_heldout_gap"):
