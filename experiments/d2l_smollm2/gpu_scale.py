@@ -74,6 +74,14 @@ ARMS: dict[str, list[str]] = {
         "algo.encoder.chunking=sentences",
         "algo.encoder.max_doc_length=32",
     ],
+    # the curriculum's third stage (--init of a facts3_sentences hypernet): the preset's 9-fact documents and bridge
+    # questions, without filler, one sentence per chunk
+    "facts9_sentences": [
+        "data.num_train=8000",
+        "data.params.train_doc_tokens=0",
+        "algo.encoder.chunking=sentences",
+        "algo.encoder.max_doc_length=32",
+    ],
     # one fact hidden among filler in training documents of 1-8 chunks (up to 2x the 512-token window): what reading
     # a long document needs (a hypernet trained on one chunk sums 8 chunks' LoRAs into nonsense: README)
     "fact1_chunks": [
