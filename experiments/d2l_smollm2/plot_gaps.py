@@ -52,7 +52,7 @@ def main(argv: list[str] | None = None) -> None:
         steps, gaps = zip(*gap_series(run, f"eval_{args.split}_gap"), strict=True)
         ax.plot([start + s for s in steps], gaps, marker="o", label=label)
     ax.axhline(0.0, color="grey", linewidth=0.8)
-    ax.set_xlabel("training step (a continued run from the step it continues)")
+    ax.set_xlabel("training step (a run given as RUN_DIR@STEP starts at STEP)")
     ax.set_ylabel(f"{args.split} gap: other doc's CE - own (nats)")
     ax.legend(fontsize=8, loc="best")
     fig.tight_layout()
