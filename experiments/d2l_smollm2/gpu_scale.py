@@ -58,6 +58,7 @@ COMMON = [
     "algo.eval_conditions=[no_context,in_context,d2l,d2l_other_doc]",
 ]
 ONE_CHUNK = ["data.params.train_doc_tokens=0", "++data.params.two_hop=0"]
+SENTENCES = ["algo.encoder.chunking=sentences", "algo.encoder.max_doc_length=32"]  # one fact sentence per chunk
 ARMS: dict[str, list[str]] = {
     # the preset's documents: 9 facts, 4 questions (3 one-fact, 1 bridge), training documents of 1-3 chunks
     "facts9": ["data.num_train=8000"],
@@ -71,17 +72,11 @@ ARMS: dict[str, list[str]] = {
         "++data.params.num_facts=3",
         "++data.params.single_hop=3",
         *ONE_CHUNK,
-        "algo.encoder.chunking=sentences",
-        "algo.encoder.max_doc_length=32",
+        *SENTENCES,
     ],
     # the curriculum's third stage (--init of a facts3_sentences hypernet): the preset's 9-fact documents and bridge
     # questions, without filler, one sentence per chunk
-    "facts9_sentences": [
-        "data.num_train=8000",
-        "data.params.train_doc_tokens=0",
-        "algo.encoder.chunking=sentences",
-        "algo.encoder.max_doc_length=32",
-    ],
+    "facts9_sentences": ["data.num_train=8000", "data.params.train_doc_tokens=0", *SENTENCES],
     # one fact hidden among filler in training documents of 1-8 chunks (up to 2x the 512-token window): what reading
     # a long document needs (a hypernet trained on one chunk sums 8 chunks' LoRAs into nonsense: README)
     "fact1_chunks": [

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from posttrain.algos.d2l.model import WEIGHTS
 from posttrain.config.compose import load_config
 from tests.conftest import experiment_script
 
@@ -60,7 +61,7 @@ def test_init_starts_every_run_from_the_hypernet_and_a_missing_one_is_refused(gp
     assert stop.value.code == 2 and "no hypernet.safetensors there" in capsys.readouterr().err
     assert not (tmp_path / "o").exists()
     (tmp_path / "h").mkdir()
-    (tmp_path / "h" / "hypernet.safetensors").write_bytes(b"")
+    (tmp_path / "h" / WEIGHTS).write_bytes(b"")
     seen = {}
 
     def arm_job(arm, name, over, *rest):  # records each run's overrides instead of training
