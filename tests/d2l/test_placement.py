@@ -48,7 +48,7 @@ def test_a_move_reaches_the_context_encoder(d2l_cfg, d2l_model, share):
     assert not stale, f"not moved with the model: {stale}"
     seen, handles = _record_dtypes(list(enc.layers) + [backbone_of(model.base)])
     try:
-        logits, lora = model(
+        logits, lora, _, _ = model(
             batch["ctx_ids"], batch["ctx_mask"], batch["input_ids"], batch["attention_mask"], labels=batch["labels"]
         )
     finally:

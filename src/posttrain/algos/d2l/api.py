@@ -59,6 +59,10 @@ def build_trainer(cfg: DictConfig, run_dir: Path, callbacks: list | None = None)
         model.load_hypernet(algo.init_hypernet)
     train_records, held_out = d2l_records(cfg.data, model.tokenizer)
     rows = _featurized(cfg, model, train_records)
+    if algo.locality_coef > 0:
+        from posttrain.algos.d2l.locality import attach_other_entity
+
+        attach_other_entity(rows, train_records)
     monitor: dict[str, Any] = {}
     eval_dataset = None
     if algo.monitor_steps:
@@ -93,6 +97,7 @@ def build_trainer(cfg: DictConfig, run_dir: Path, callbacks: list | None = None)
         kl_coef=algo.kl_coef,
         l1_coef=algo.l1_coef,
         kl_temperature=algo.kl_temperature,
+        locality_coef=algo.locality_coef,
         teacher=teacher,
     )
 

@@ -1,6 +1,7 @@
 """Dataset of featurized D2L examples and the collator (right padding; a document's chunks are rows of `ctx_ids`
-with `ctx_doc` naming their example; teacher top-k rows concatenated in the row-major order of the answer
-positions, which is the order `answer_logits` selects them in)."""
+with `ctx_doc` naming their example; the other-entity view `o_*` when the rows carry it (`locality.py`); teacher
+top-k rows concatenated in the row-major order of the answer positions, which is the order `answer_logits` selects
+them in)."""
 
 from __future__ import annotations
 
@@ -47,6 +48,11 @@ class D2LCollator:
             "attention_mask": _mask([r["input_ids"] for r in rows]),
             "labels": _pad([r["labels"] for r in rows], IGNORE_INDEX),
         }
+        if "o_input_ids" in rows[0]:  # the other-entity view (posttrain.algos.d2l.locality)
+            batch["o_input_ids"] = _pad([r["o_input_ids"] for r in rows], self.pad_id)
+            batch["o_attention_mask"] = _mask([r["o_input_ids"] for r in rows])
+            batch["o_labels"] = _pad([r["o_labels"] for r in rows], IGNORE_INDEX)
+            batch["o_keep"] = torch.tensor([bool(r["o_keep"]) for r in rows])
         if self.teacher and "t_idx" in rows[0]:  # the monitor's rows (posttrain.algos.d2l.monitor) carry none
             batch["t_idx"] = torch.cat([torch.as_tensor(r["t_idx"]) for r in rows]).long()
             batch["t_logp"] = torch.cat([torch.as_tensor(r["t_logp"]) for r in rows]).float()

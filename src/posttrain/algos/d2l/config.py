@@ -110,6 +110,9 @@ class D2LAlgoConfig:
     # the seeds of an experiment on a pretrained base, whose teacher does not depend on the seed).
     kl_cache_dir: str | None = local_path(None, kind="dir", must_exist=False)
     l1_coef: float = num(0.0, ge=0)  # L1 penalty on the generated A/B entries (mean |.|)
+    # >0: locality (posttrain.algos.d2l.locality): with a document's LoRA, a question of the same kind about another
+    # document's entity keeps the base model's reply distribution (KL); needs questions with kinds (data=d2l_facts)
+    locality_coef: float = num(0.0, ge=0)
     # A D2L checkpoint (or a hypernet directory of gpu_scale.py) whose hypernet weights training starts from, its
     # config equal to this run's; the optimizer, schedule and step start afresh (a curriculum: one-fact documents,
     # then several). `resume` instead continues a run where it stopped.
@@ -254,6 +257,8 @@ def _check_eval(cfg: DictConfig) -> None:
         raise ConfigError(f"algo.baselines.cd_probes={algo.baselines.cd_probes} is not one of {', '.join(CD_PROBES)}")
     if algo.baselines.cd_probes == "probes" and algo.baselines.cd_steps and cfg.data.name != "d2l_facts":
         raise ConfigError("algo.baselines.cd_probes=probes needs records with probe questions (data=d2l_facts)")
+    if algo.locality_coef and cfg.data.name != "d2l_facts":
+        raise ConfigError("algo.locality_coef > 0 needs questions with kinds, to pair across entities (data=d2l_facts)")
     if cfg.data.name == "d2l_facts" and cfg.data.source == "generator":
         from posttrain.data.d2l.facts import facts_problems
 

@@ -37,6 +37,7 @@ from tqdm.auto import tqdm
 from posttrain.algos.d2l.baselines import distilled_lora, format_lora, lm_answer_logits, teacher_document
 from posttrain.algos.d2l.batching import view_batch
 from posttrain.algos.d2l.config import EVAL_CONDITIONS
+from posttrain.algos.d2l.locality import other_entity_pairs
 from posttrain.algos.d2l.lora import GeneratedLoRA
 from posttrain.algos.d2l.monitor import document_index
 from posttrain.algos.d2l.scoring import best_over, contains_answer, score
@@ -99,22 +100,6 @@ def internalize_latency_ms(model: Any, docs: list[str], repeats: int = 1) -> flo
                 torch.cuda.synchronize()
             times.append((time.perf_counter() - t0) * 1000)
     return statistics.median(times)
-
-
-def other_entity_pairs(records: list[dict[str, Any]], doc_index: list[int], n_docs: int) -> list[int | None]:
-    """For each question j: a question of the same `kind` about another document (the first document after j's
-    that has one), or None (records without kinds, or no such question)."""
-    by_doc_kind = {(doc_index[k], r.get("kind")): k for k, r in enumerate(records)}
-    pairs: list[int | None] = []
-    for j, r in enumerate(records):
-        found = None
-        if r.get("kind") is not None:
-            for step in range(1, n_docs):
-                found = by_doc_kind.get(((doc_index[j] + step) % n_docs, r["kind"]))
-                if found is not None:
-                    break
-        pairs.append(found)
-    return pairs
 
 
 def wanted_conditions(conditions: Any, baselines: Any, has_pairs: bool) -> list[str]:

@@ -8,7 +8,7 @@ import json
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 from omegaconf import DictConfig
@@ -23,6 +23,15 @@ from posttrain.data.chat import IGNORE_INDEX
 from posttrain.errors import CheckpointError
 
 WEIGHTS, SPEC = "hypernet.safetensors", "hypernet_config.json"
+
+
+class D2LOutput(NamedTuple):
+    """`D2LModel.forward`'s result; `other`/`other_base` only with the other-entity view."""
+
+    logits: torch.Tensor
+    lora: GeneratedLoRA
+    other: torch.Tensor | None = None
+    other_base: torch.Tensor | None = None
 
 
 class D2LModel(nn.Module):
@@ -131,17 +140,38 @@ class D2LModel(nn.Module):
         labels: torch.Tensor,
         token_index: torch.Tensor | None = None,
         ctx_doc: torch.Tensor | None = None,
-    ) -> tuple[torch.Tensor, GeneratedLoRA]:
-        """(fp32 logits `[n, V]` at the n positions predicting a labelled token of `labels` (row-major), with each
-        row's generated LoRA applied; the LoRA itself).
+        o_input_ids: torch.Tensor | None = None,
+        o_attention_mask: torch.Tensor | None = None,
+        o_labels: torch.Tensor | None = None,
+    ) -> D2LOutput:
+        """fp32 logits `[n, V]` at the n positions predicting a labelled token of `labels` (row-major), with each
+        row's generated LoRA applied; the LoRA itself; and with the other-entity view `o_*` (`locality.py`), the
+        logits at its labelled positions with the same row's LoRA and without any (the latter without gradient).
 
         The LM head runs here, not in the loss: the trainer's bf16 autocast (and a distributed wrapper) cover the
         model's forward only, and outside it the head would meet hidden states of another dtype."""
-        lora = self.lora_from_ids(ctx_ids, ctx_mask, ctx_doc)
+        lora = self.lora_from_ids(ctx_ids, ctx_mask, ctx_doc)  # no LoRA is applied after this
+        other = other_base = None
+        if o_input_ids is not None:
+            if token_index is not None:
+                raise ValueError("the other-entity view is per row: it cannot go with packed sequences")
+            with torch.no_grad():
+                other_base = self._labelled_logits(o_input_ids, o_attention_mask, o_labels)
+        # one LoRA state for both forwards below: gradient checkpointing re-runs them with it during backward
         self.apply_lora(lora, token_index)
+        logits = self._labelled_logits(input_ids, attention_mask, labels)
+        if o_input_ids is not None:
+            other = self._labelled_logits(o_input_ids, o_attention_mask, o_labels)
+        return D2LOutput(logits, lora, other, other_base)
+
+    def _labelled_logits(
+        self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None, labels: torch.Tensor | None
+    ) -> torch.Tensor:
+        if attention_mask is None or labels is None:
+            raise ValueError("a view needs its attention mask and labels")
         out = backbone_of(self.base)(input_ids=input_ids, attention_mask=attention_mask, use_cache=False)
         sel = labels[:, 1:] != IGNORE_INDEX
-        return self.base.get_output_embeddings()(out.last_hidden_state[:, :-1][sel]).float(), lora
+        return self.base.get_output_embeddings()(out.last_hidden_state[:, :-1][sel]).float()
 
     @property
     def reading(self) -> dict[str, Any]:

@@ -1,8 +1,9 @@
 """HF `Trainer` for the D2L hypernet. The override surface, each small:
 
 1. `compute_loss`: `losses.d2l_loss` (CE on answer tokens, optional top-k KL to the in-context teacher, L1 on the
-   generated A/B) with the shared non-finite guard; `ce_loss`, `kl_loss`, `gen_lora_l1_norm` are averaged over
-   the logging window and added to the logs (HF adds `loss` and `grad_norm` — the hypernet's, the base is frozen).
+   generated A/B, optional locality KL) with the shared non-finite guard; `ce_loss`, `kl_loss`, `locality_loss`,
+   `gen_lora_l1_norm` are averaged over the logging window and added to the logs (HF adds `loss` and `grad_norm` —
+   the hypernet's, the base is frozen).
 2. `_save` / `_load_from_checkpoint`: a checkpoint's model part is the hypernet only (`hypernet.safetensors` +
    `hypernet_config.json`); optimizer, scheduler and RNG state are HF's own files, so `resume=auto` works.
    Checkpoints are written atomically (`posttrain.checkpoints.AtomicCheckpointMixin`).
@@ -38,11 +39,18 @@ class D2LTrainer(LossTermsMixin, AtomicCheckpointMixin, Trainer):
         kl_coef: float = 0.0,
         l1_coef: float = 0.0,
         kl_temperature: float = 1.0,
+        locality_coef: float = 0.0,
         teacher: dict[str, Any] | None = None,
         **kwargs: Any,
     ):
         super().__init__(*args, **kwargs)
-        self.coefs = {"ce_coef": ce_coef, "kl_coef": kl_coef, "l1_coef": l1_coef, "kl_temperature": kl_temperature}
+        self.coefs = {
+            "ce_coef": ce_coef,
+            "kl_coef": kl_coef,
+            "l1_coef": l1_coef,
+            "kl_temperature": kl_temperature,
+            "locality_coef": locality_coef,
+        }
         if teacher is not None:  # `attach_teacher` keyword arguments (k, temperature, cache_dir, key_parts)
             from posttrain.algos.d2l.teacher import attach_teacher
 

@@ -1,0 +1,63 @@
+"""Locality: a document's generated LoRA should leave the model's answers about *other* entities as they were.
+
+Knowledge editing's locality term (ROME, MEMIT: a KL on unrelated prompts, so that an edit acts on its own subject)
+for D2L. Each training question is paired with a question of the same kind about another training document's
+entity (`other_entity_pairs`, the pairing of the evaluation's `d2l_other_entity` control); with the question's own
+document's LoRA applied, the model's next-token distributions over that other question's reference reply are pulled
+to the base model's without any LoRA: KL(base || base + LoRA), full vocabulary, mean over the reply's tokens
+(`algo.locality_coef`). CE alone never asks a LoRA about another entity, and a LoRA learns to answer its kind of
+question with its own document's value for any entity (experiments/d2l_smollm2/README.md, "binding").
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+
+from posttrain.algos.d2l.monitor import document_index
+from posttrain.errors import DataError
+
+
+def other_entity_pairs(records: list[dict[str, Any]], doc_index: list[int], n_docs: int) -> list[int | None]:
+    """For each question j: a question of the same `kind` about another document (the first document after j's
+    that has one), or None (records without kinds, or no such question)."""
+    by_doc_kind = {(doc_index[k], r.get("kind")): k for k, r in enumerate(records)}
+    pairs: list[int | None] = []
+    for j, r in enumerate(records):
+        found = None
+        if r.get("kind") is not None:
+            for step in range(1, n_docs):
+                found = by_doc_kind.get(((doc_index[j] + step) % n_docs, r["kind"]))
+                if found is not None:
+                    break
+        pairs.append(found)
+    return pairs
+
+
+def attach_other_entity(rows: list[dict[str, Any]], records: list[dict[str, Any]]) -> int:
+    """Give each featurized training row `o_input_ids`/`o_labels`, the student view of its paired question
+    (`other_entity_pairs`), and `o_keep` (False where it has none: the row's own view stands in, weighted 0).
+    Returns the number of rows paired; raises when none is (questions without kinds)."""
+    docs, index = document_index(records)
+    pairs = other_entity_pairs(records, index, len(docs))
+    if all(p is None for p in pairs):
+        raise DataError(
+            "algo.locality_coef > 0 needs questions of the same kind about other documents (records with a `kind`, "
+            "e.g. data=d2l_facts); these have none"
+        )
+    for row, p in zip(rows, pairs, strict=True):
+        other = row if p is None else rows[p]
+        row.update(o_input_ids=other["input_ids"], o_labels=other["labels"], o_keep=p is not None)
+    return sum(p is not None for p in pairs)
+
+
+def locality_kl(with_lora: torch.Tensor, base: torch.Tensor, keep: torch.Tensor) -> torch.Tensor:
+    """Mean over the kept positions of KL(base || with_lora), from logits `[n, V]` at the same n positions;
+    `keep[n]` selects the positions of paired rows. 0 (with a gradient path) when none is kept."""
+    if not bool(keep.any()):
+        return with_lora.sum() * 0.0
+    log_q = F.log_softmax(with_lora[keep].float(), dim=-1)
+    log_p = F.log_softmax(base[keep].float(), dim=-1)
+    return (log_p.exp() * (log_p - log_q)).sum(-1).mean()
