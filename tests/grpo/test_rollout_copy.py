@@ -14,7 +14,7 @@ from posttrain.models import load
 from posttrain.rollout.merged_copy import PackedLinear, RolloutCopy, packing_available
 
 TINY = ["model=tiny_llama", "hw.precision=bf16", "trainer.progress_bar=false"]
-needs_packing = pytest.mark.skipif(not packing_available(), reason="this torch build has no oneDNN weight packing")
+needs_packing = pytest.mark.skipif(not packing_available(), reason="no oneDNN bf16 weight packing (torch build or CPU)")
 
 
 def _policy(*overrides: str):

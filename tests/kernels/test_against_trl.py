@@ -83,9 +83,10 @@ def _check_backends(model, inputs, trl_kw, ours_kw, ref, rtol=2e-5):
                 _ours(model, inputs, backend, **ours_kw)
             continue
         loss, stats = _ours(model, inputs, backend, **ours_kw)
-        # Liger's fp32 VESPO weight: each sequence's term within 3e-6 of TRL's, but the terms (+-7 here) cancel to ~1
-        loose = backend == "liger" and term == "vespo"
-        assert loss.item() == pytest.approx(ref_loss.item(), rel=5e-5 if loose else 1e-5, abs=1e-6), backend
+        # VESPO's fp32 per-sequence terms (+-7 here) cancel to a loss of ~1: each term within 3e-6 of TRL's, the sum's
+        # last bits set by the order of reduction (Liger's kernel; the fused backend's on a CPU without AVX-512)
+        vespo, loose = term == "vespo", backend == "liger" and term == "vespo"
+        assert loss.item() == pytest.approx(ref_loss.item(), rel=5e-5 if vespo else 1e-5, abs=1e-6), backend
         _assert_close_grads(ref_grads, _grads(model, loss), 5e-5 if loose else rtol)
         for ours, theirs in RATIO_METRICS[term].items():
             if ours in stats:  # liger reports the region ratio only (token-weighted at sequence level)

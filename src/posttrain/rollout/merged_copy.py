@@ -8,8 +8,8 @@ prepacking inductor's CPU freezing pass does; an unpacked bf16 weight is re-laid
 optimizer step `sync` copies the trained weights into it and re-packs only the linears they touch: with LoRA those
 are the adapted projections; the frozen rest is packed once. Measured on SmolLM2-135M, 8 sequences x 16 tokens,
 one Sapphire Rapids core (experiments/grpo_step): 1.1 s per rollout against 1.4 s for the merged copy unpacked and
-1.6 s for the bf16 policy with its fp32 adapters. Where the packing ops are missing the copy keeps plain bf16
-linears (same numbers, no speed-up).
+1.6 s for the bf16 policy with its fp32 adapters. Where the packing ops are missing, or the CPU lacks oneDNN's bf16
+path (AVX2 only), the copy keeps plain bf16 linears (same numbers, no speed-up).
 """
 
 from __future__ import annotations
@@ -28,9 +28,14 @@ _PEFT_PREFIX = "base_model.model."
 
 
 def packing_available() -> bool:
+    """oneDNN can pack bf16 linear weights here: the ops exist in this torch build and the CPU has the bf16 path
+    (AVX-512 BW/VL/DQ or AVX-NE-CONVERT; on an AVX2-only CPU `_reorder_linear_weight` raises for bf16)."""
     ops = torch.ops.mkldnn
-    return torch.backends.mkldnn.is_available() and all(
-        hasattr(ops, name) for name in ("_reorder_linear_weight", "_linear_pointwise")
+    names = ("_reorder_linear_weight", "_linear_pointwise", "_is_mkldnn_bf16_supported")
+    return (
+        torch.backends.mkldnn.is_available()
+        and all(hasattr(ops, name) for name in names)
+        and bool(ops._is_mkldnn_bf16_supported())
     )
 
 
