@@ -126,6 +126,7 @@ def test_facts_through_the_data_config(compose, tokenizer):
         (["algo.eval_conditions=[cd]"], "cd_steps=0"),
         (["algo.baselines.cd_probes=guesses"], "cd_probes"),
         (["algo.locality_coef=-1"], "locality_coef"),
+        (["algo.locality_span=value"], "locality_span"),
     ],
 )
 def test_bad_facts_and_evaluation_settings_fail_at_compose(overrides, needle):

@@ -10,7 +10,7 @@ import torch
 import torch.nn.functional as F
 
 from posttrain.algos.d2l.batching import D2LCollator
-from posttrain.algos.d2l.locality import attach_other_entity
+from posttrain.algos.d2l.locality import answer_only, attach_other_entity
 from posttrain.algos.d2l.loss import d2l_loss
 from posttrain.algos.d2l.monitor import document_index
 from posttrain.config.validate import ConfigError
@@ -46,6 +46,22 @@ def test_each_question_is_paired_with_the_same_kind_about_another_document(facts
         k = own.index(list(row["o_input_ids"]))
         assert doc[k] != doc[j] and records[k]["kind"] == records[j]["kind"]
         assert row["o_labels"] == rows[k]["labels"]
+
+
+def test_the_answer_span_keeps_only_the_paired_answers_tokens(facts):
+    model, _, records, rows = facts
+    whole = [list(r["labels"]) for r in rows]
+    attach_other_entity(rows, records, span="answer", tokenizer=model.tokenizer)
+    own = [list(r["input_ids"]) for r in rows]
+    for row in rows:
+        if not row["o_keep"]:
+            continue
+        k = own.index(list(row["o_input_ids"]))
+        kept = [t for t in row["o_labels"] if t != -100]
+        assert model.tokenizer.decode(kept).strip() == records[k]["answer"]
+        assert len(kept) < sum(t != -100 for t in whole[k])  # the reply's other tokens are left out
+        assert all(t in (-100, w) for t, w in zip(row["o_labels"], whole[k], strict=True))
+    assert answer_only([1, 2, 3], "never there", model.tokenizer) is None
 
 
 def test_questions_without_kinds_are_refused(d2l_cfg):

@@ -62,7 +62,7 @@ def build_trainer(cfg: DictConfig, run_dir: Path, callbacks: list | None = None)
     if algo.locality_coef > 0:
         from posttrain.algos.d2l.locality import attach_other_entity
 
-        attach_other_entity(rows, train_records)
+        attach_other_entity(rows, train_records, algo.locality_span, model.tokenizer)
     monitor: dict[str, Any] = {}
     eval_dataset = None
     if algo.monitor_steps:

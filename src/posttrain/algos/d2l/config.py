@@ -49,6 +49,7 @@ class D2LAggregatorConfig:
 
 
 # Evaluation conditions (`posttrain.algos.d2l.evaluate`), in the order they are computed and reported.
+LOCALITY_SPANS = ("reply", "answer")  # algo.locality_span (posttrain.algos.d2l.locality)
 EVAL_CONDITIONS = (
     "no_context",  # the base model, question only
     "in_context",  # the document (as D2L reads it) in the prompt; skipped where it exceeds the model's positions
@@ -113,6 +114,9 @@ class D2LAlgoConfig:
     # >0: locality (posttrain.algos.d2l.locality): with a document's LoRA, a question of the same kind about another
     # document's entity keeps the base model's reply distribution (KL); needs questions with kinds (data=d2l_facts)
     locality_coef: float = num(0.0, ge=0)
+    # where that KL is taken: the paired question's whole reply, or its answer's tokens only (the reply's form stays
+    # the LoRA's to teach; only the stated value must not move for another entity)
+    locality_span: str = "reply"
     # A D2L checkpoint (or a hypernet directory of gpu_scale.py) whose hypernet weights training starts from, its
     # config equal to this run's; the optimizer, schedule and step start afresh (a curriculum: one-fact documents,
     # then several). `resume` instead continues a run where it stopped.
@@ -257,6 +261,8 @@ def _check_eval(cfg: DictConfig) -> None:
         raise ConfigError(f"algo.baselines.cd_probes={algo.baselines.cd_probes} is not one of {', '.join(CD_PROBES)}")
     if algo.baselines.cd_probes == "probes" and algo.baselines.cd_steps and cfg.data.name != "d2l_facts":
         raise ConfigError("algo.baselines.cd_probes=probes needs records with probe questions (data=d2l_facts)")
+    if algo.locality_span not in LOCALITY_SPANS:
+        raise ConfigError(f"algo.locality_span={algo.locality_span} is not one of {', '.join(LOCALITY_SPANS)}")
     if algo.locality_coef and cfg.data.name != "d2l_facts":
         raise ConfigError("algo.locality_coef > 0 needs questions with kinds, to pair across entities (data=d2l_facts)")
     if cfg.data.name == "d2l_facts" and cfg.data.source == "generator":
