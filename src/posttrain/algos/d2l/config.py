@@ -114,8 +114,8 @@ class D2LAlgoConfig:
     # >0: locality (posttrain.algos.d2l.locality): with a document's LoRA, a question of the same kind about another
     # document's entity keeps the base model's reply distribution (KL); needs questions with kinds (data=d2l_facts)
     locality_coef: float = num(0.0, ge=0)
-    # where that KL is taken: the paired question's whole reply, or its answer's tokens only (the reply's form stays
-    # the LoRA's to teach; only the stated value must not move for another entity)
+    # where that KL is taken: the paired question's whole reply, or its answer's tokens only (where a wrong value
+    # shows; the first CPU probe found the reply's form kept either way: experiments/d2l_smollm2/README.md)
     locality_span: str = "reply"
     # A D2L checkpoint (or a hypernet directory of gpu_scale.py) whose hypernet weights training starts from, its
     # config equal to this run's; the optimizer, schedule and step start afresh (a curriculum: one-fact documents,

@@ -5,10 +5,10 @@ for D2L. Each training question is paired with a question of the same kind about
 entity (`other_entity_pairs`, the pairing of the evaluation's `d2l_other_entity` control); with the question's own
 document's LoRA applied, the model's next-token distributions over that other question's reference reply are pulled
 to the base model's without any LoRA: KL(base || base + LoRA), full vocabulary, mean over the reply's tokens
-(`algo.locality_coef`), or over the answer's tokens only (`algo.locality_span=answer`: the base model without a
-LoRA does not answer in the trained reply's form, and the whole-reply KL also takes that form back). CE alone never
-asks a LoRA about another entity, and a LoRA learns to answer its kind of question with its own document's value
-for any entity (experiments/d2l_smollm2/README.md, "binding").
+(`algo.locality_coef`), or over the answer's tokens only (`algo.locality_span=answer`: where a wrong value shows,
+weighted more at the same coefficient). CE alone never asks a LoRA about another entity, and a LoRA learns to
+answer its kind of question with its own document's value for any entity (experiments/d2l_smollm2/README.md,
+"binding").
 """
 
 from __future__ import annotations
@@ -61,8 +61,8 @@ def attach_other_entity(
     """Give each featurized training row `o_input_ids`/`o_labels`, the student view of its paired question
     (`other_entity_pairs`), and `o_keep` (False where it has none: the row's own view stands in, weighted 0).
     `span="answer"` keeps only the answer's tokens of the paired reply labelled (where they are found; else the
-    whole reply), so that the KL leaves the reply's form to the LoRA and binds only the value. Returns the number of
-    rows paired; raises when none is (questions without kinds)."""
+    whole reply): the KL then weighs only the stated value. Returns the number of rows paired; raises when none is
+    (questions without kinds)."""
     if span not in LOCALITY_SPANS:
         raise ValueError(f"locality span {span!r} is not one of {', '.join(LOCALITY_SPANS)}")
     docs, index = document_index(records)
