@@ -8,7 +8,8 @@ logits, the algorithm's own tensors, the gradients born in the backward) is comp
 has, and must be within 25% of the measurement; GRPO's rollout (generation, then the reference log-prob pass)
 against the plan's larger of its generate and score phases. Plan / measured when written: GRPO LoRA with TRL's
 fused head 1.001 (rollout 0.995), GRPO full with `kernels=fused` 1.020 (rollout 1.087), contrastive 1.070 (its
-layers' peak) and 1.049 (its loss terms' peak), D2L 1.026 (hypernet and layers) and 1.000 (loss peak).
+layers' peak) and 1.049 (its loss terms' peak), D2L 1.026 (hypernet and layers), 1.000 (loss peak) and 0.980
+(loss peak with the locality term's other-entity view; 0.776 when the plan left the view out, hence its 10%).
 """
 
 from __future__ import annotations
@@ -77,10 +78,10 @@ def _step_peak(trainer, batch) -> int:
     return live.peak
 
 
-def _check(planned: float, measured: float) -> None:
+def _check(planned: float, measured: float, tolerance: float = TOLERANCE) -> None:
     assert measured > 1e6  # the step formed megabytes: a real measurement
     print(f"planned {planned / 2**20:.2f} MiB, measured {measured / 2**20:.2f} MiB: {planned / measured:.3f}")
-    assert abs(planned / measured - 1) <= TOLERANCE, (planned / 2**20, measured / 2**20)
+    assert abs(planned / measured - 1) <= tolerance, (planned / 2**20, measured / 2**20)
 
 
 @pytest.mark.parametrize(
@@ -144,8 +145,15 @@ def test_contrastive_step(compose, tmp_path, monkeypatch, vocab):
     assert result.extra["train_moment"] == peak
 
 
-@pytest.mark.parametrize("vocab", [2048, 65536], ids=["hypernet-and-layers", "loss-peak"])
-def test_d2l_step(compose, tmp_path, monkeypatch, vocab):
+LOCALITY = ("data=d2l_facts", "+data.params.num_facts=3", "algo.locality_coef=1")
+
+
+@pytest.mark.parametrize(
+    ("vocab", "locality"),
+    [(2048, ()), (65536, ()), (65536, LOCALITY)],
+    ids=["hypernet-and-layers", "loss-peak", "locality-loss-peak"],
+)
+def test_d2l_step(compose, tmp_path, monkeypatch, vocab, locality):
     import posttrain.algos.d2l as d2l
 
     cfg, trainer = _trainer(
@@ -156,11 +164,13 @@ def test_d2l_step(compose, tmp_path, monkeypatch, vocab):
         "data.num_train=16",
         "algo.encoder.max_doc_length=16",
         f"model.arch.vocab_size={vocab}",
+        *locality,
     )
     batch = next(iter(trainer.get_train_dataloader()))
+    assert ("o_input_ids" in batch) is bool(locality)
     measured = _step_peak(trainer, batch)
     shape = (
-        batch["input_ids"].shape[1],
+        max(batch["input_ids"].shape[1], batch["o_input_ids"].shape[1] if locality else 0),
         float((batch["labels"][:, 1:] != -100).sum(1).float().mean()),  # answer tokens per example
         batch["ctx_ids"].shape[1],
         int(batch["ctx_doc"].bincount().max()),
@@ -168,5 +178,5 @@ def test_d2l_step(compose, tmp_path, monkeypatch, vocab):
     assert shape[3] > 1  # documents read in several chunks
     monkeypatch.setattr(d2l, "_longest_d2l", lambda _cfg: shape)
     result = plan(cfg)
-    _check(result.phase_bytes("train"), measured)
+    _check(result.phase_bytes("train"), measured, 0.1 if locality else TOLERANCE)
     assert (result.extra["train_moment"] == "the loss's backward") is (vocab > 2048)

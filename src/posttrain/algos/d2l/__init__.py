@@ -50,7 +50,8 @@ class D2L(Algorithm):
         (LayerNorm) and keeps that and its bf16 cast for the backward. The LM head forms fp32 logits only at answer
         positions (D2LModel.forward). Lengths: the data's longest question+answer, longest chunk and most chunks per
         document (measured with the run's tokenizer when at hand, else `algo.max_length`, `max_doc_length` x
-        `max_chunks`). The hypernetwork (counted from the module itself) is what trains."""
+        `max_chunks`). The hypernetwork (counted from the module itself) is what trains. With `algo.locality_coef` the
+        other-entity view adds a grad forward of as many questions and the KL's fp32 tensors."""
         from posttrain.algos.d2l.config import encoder_depth, target_layers
         from posttrain.algos.d2l.model import hypernet_parameter_count
         from posttrain.hardware.tensor_bytes import act_bytes
@@ -79,14 +80,24 @@ class D2L(Algorithm):
         lora = batch * layers * int(algo.rank) * chunks * _lora_dims(cfg)
         kept = float(elems * read * (4 + 2 * act) + blocks + lora * (2 * act + 4) + (2 * hypernet if act < 4 else 0))
         forward = elems * max(2 * depth * act, depth * act + read * (2 * act + 8))  # stacked outputs, then copies
+        vocab = int(cfg.model.arch.vocab_size)
         if float(algo.kl_coef) > 0:  # the top-k KL's log-softmax of the tempered logits
-            kept += 8 * batch * answer * int(cfg.model.arch.vocab_size)
+            kept += 8 * batch * answer * vocab
+        # the locality term's other-entity view (locality.py): a second grad forward through the LoRA'd model on
+        # training questions of the same kind, counted as `batch` more rows of the same lengths (span=answer labels
+        # fewer tokens: an upper bound). At the loss's backward its positions hold five fp32 [n, V] (measured on
+        # CPU): the view's logits, log-softmax, the base's logits and probabilities, the log-ratio; the rows count 3
+        locality = float(algo.locality_coef) > 0
+        rows = 2 * batch if locality else batch
+        if locality:
+            kept += 8 * batch * answer * vocab
         lengths = f"longest of data={cfg.data.name}" if measured else "config bounds"
+        view = f" + {batch} other-entity questions (locality)" if locality else ""
         return Workload(
-            seqs=batch,
+            seqs=rows,
             seq_len=seq,
             logit_tokens=answer,
-            note=f"{batch} queries of {seq} tokens + {batch * chunks} document chunks of {chunk} tokens "
+            note=f"{batch} queries of {seq} tokens{view} + {batch * chunks} document chunks of {chunk} tokens "
             f"({lengths}), {answer:.3g} answer tokens each",
             train_mode="frozen",
             loss_backend="materialized",
