@@ -232,12 +232,16 @@ def entity_table(runs: dict[int, dict[str, Any]]) -> list[str]:
     leak = pooled(runs, "d2l_other_entity", "own_fact")
     if other is None:
         return ["(not evaluated: d2l_other_entity was not in algo.eval_conditions, or the data has no question kinds)"]
+    carry, stray = (pooled(runs, c, "lora_value_margin") for c in ("d2l", "d2l_other_entity"))
+    carry_n, stray_n = (pooled(runs, c, "lora_value_preferred") for c in ("d2l", "d2l_other_entity"))
     return [
         "| question asked with the document's LoRA | accuracy vs its own gold answer | states the LoRA's document's "
-        "answer instead |",
-        "|---|---|---|",
-        f"| about the document's entity (D2L) | {cell(own)} | - |",
-        f"| the same kind of question about another document's entity | {cell(other)} | {cell(leak)} |",
+        "answer instead | log P(reply with the LoRA's value) - log P(with the other document's), nats | share "
+        "preferring the LoRA's value |",
+        "|---|---|---|---|---|",
+        f"| about the document's entity (D2L) | {cell(own)} | - | {cell(carry, True)} | {cell(carry_n)} |",
+        f"| the same kind of question about another document's entity | {cell(other)} | {cell(leak)} | "
+        f"{cell(stray, True)} | {cell(stray_n)} |",
     ]
 
 

@@ -101,6 +101,46 @@ def test_plot_gaps_reads_each_monitor_step_and_names_a_run_without_one(tmp_path,
         mod.gap_series(tmp_path / "none")
 
 
+def test_train_windows_averages_the_rows_logged_in_each_window(tmp_path, capsys):
+    mod = experiment_script(SCRIPT.parent / "train_windows.py")
+    run = tmp_path / "run"
+    run.mkdir()
+    rows = [
+        {"step": 1, "ce_loss": 4.0},
+        {"step": 5, "ce_loss": 2.0, "locality_loss": 1.0},
+        {"step": 10, "ce_loss": 1.0},
+    ]
+    rows += [{"step": 10, "eval_heldout_gap": 0.5}, {"step": 15, "ce_loss": 0.5, "locality_loss": 0.25}]
+    (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    assert mod.window_means(run, "ce_loss", 20, 10) == [7.0 / 3, 0.5]  # (0, 10] holds steps 1, 5 and 10
+    assert mod.window_means(run, "locality_loss", 30, 10) == [1.0, 0.25, None]
+    mod.main([f"a={run}", "--steps", "15", "--window", "10", "--keys", "ce_loss,locality_loss"])
+    out = capsys.readouterr().out.splitlines()
+    assert out[0] == "| steps | ce_loss, a | locality_loss, a |"
+    assert out[2:] == ["| 1-10 | 2.333 | 1.000 |", "| 11-15 | 0.500 | 0.250 |"]
+    with pytest.raises(SystemExit, match=r"no metrics\.jsonl"):
+        mod.window_means(tmp_path, "ce_loss", 10, 10)
+    with pytest.raises(SystemExit, match="expected LABEL=RUN_DIR"):
+        mod.main([str(run), "--steps", "10"])
+
+
+def test_report_entity_table_shows_the_binding_margins(tmp_path):
+    """The same LoRA on its own question and on another entity's: accuracy, own fact, and the value margins."""
+    mod = experiment_script(SCRIPT.parent / "report.py")
+    ev = _eval(["q0", "q1", "q2"], "d2l", [1, 0, 0])
+    for row, carry, stray in zip(ev["per_question"], (3.0, 1.0, -1.0), (2.0, -0.5, None), strict=True):
+        row["d2l"].update(lora_value_margin=carry, lora_value_preferred=float(carry > 0))
+        if stray is not None:
+            row["d2l_other_entity"] = {"correct": 0.0, "own_fact": float(stray > 0), "lora_value_margin": stray,
+                                       "lora_value_preferred": float(stray > 0), "nll": 3.0, "tokens": 2}  # fmt: skip
+    (tmp_path / "s0").mkdir()
+    (tmp_path / "s0" / "eval.json").write_text(json.dumps(ev))
+    own, other = (line.split(" | ") for line in mod.entity_table(mod.load_runs(tmp_path)["facts"])[2:])
+    assert own[1].startswith("0.333 [") and own[3].startswith("+1.000 [") and own[4].startswith("0.667 [")
+    assert other[1].startswith("0.000 [") and other[2].startswith("0.500 [") and other[3].startswith("+0.750 [")
+    assert other[4].startswith("0.500 [")
+
+
 def test_report_splits_d2l_by_the_kind_of_fact_asked(tmp_path):
     """Which facts a LoRA carries: each kind's D2L accuracy pools the seeds over that kind's questions only."""
     mod = experiment_script(SCRIPT.parent / "report.py")

@@ -11,6 +11,7 @@ Conditions (`config.EVAL_CONDITIONS`; the same questions and gold answers unless
 - `d2l_other_entity`: the question's document's LoRA, asked another document's question of the same kind (records
   with a `kind`): scored against that other document's answer (a LoRA that binds its facts to its entity is no help
   there), and `own_fact` counts responses stating this document's answer to the same kind of question instead;
+  `d2l` and `d2l_other_entity` also get the binding margins of `binding.py` (likelihood, no generation needed);
 - `format_lora`, `cd`: the PEFT adapter baselines of `baselines.py` (cd on the first `cd_max_docs` documents).
 Metrics: answer loss (token-mean NLL of the reference reply), and of greedy responses accuracy (a gold answer in the
 response), SQuAD exact match and F1 (`scoring.py`); 95% bootstrap CIs resample documents, not questions (the
@@ -36,6 +37,7 @@ from tqdm.auto import tqdm
 
 from posttrain.algos.d2l.baselines import distilled_lora, format_lora, lm_answer_logits, teacher_document
 from posttrain.algos.d2l.batching import view_batch
+from posttrain.algos.d2l.binding import MARGIN, PREFERRED, swapped_view, value_margins
 from posttrain.algos.d2l.config import EVAL_CONDITIONS
 from posttrain.algos.d2l.locality import other_entity_pairs
 from posttrain.algos.d2l.lora import GeneratedLoRA
@@ -146,12 +148,42 @@ def summarize_condition(per: dict[int, dict[str, Any]], doc_index: list[int]) ->
         "answer_loss": sum(nll) / max(sum(tokens), 1.0),
         "answer_loss_ci95": bootstrap_ci(nll, tokens, clusters=clusters),
     }
-    for name, key in (*METRICS.items(), ("own_fact", "own_fact")):
-        if items and key in per[items[0]]:
-            values = [float(per[j][key]) for j in items]
+    for name, key in (*METRICS.items(), ("own_fact", "own_fact"), (MARGIN, MARGIN), (PREFERRED, PREFERRED)):
+        having = [j for j in items if key in per[j]]  # the margins: paired questions whose reply states the answer
+        if having:
+            values = [float(per[j][key]) for j in having]
             entry[name] = sum(values) / len(values)
-            entry[f"{name}_ci95"] = bootstrap_ci(values, clusters=clusters)
+            entry[f"{name}_ci95"] = bootstrap_ci(values, clusters=[doc_index[j] for j in having])
     return entry
+
+
+def _swapped_nll(
+    model: Any,
+    records: list[dict[str, Any]],
+    pairs: list[int | None],
+    doc_index: list[int],
+    conds: list[str],
+    all_lora: GeneratedLoRA,
+    max_length: int,
+    batch_size: int,
+) -> dict[str, dict[int, float]]:
+    """Per condition and paired question j, under j's document's LoRA, the NLL sum of the reply with the value
+    swapped (`binding.py`): in `d2l` j's own reply stating its pair's value, in `d2l_other_entity` the pair's reply
+    stating j's value."""
+    out: dict[str, dict[int, float]] = {}
+    for cond in conds:
+        items, views = [], []
+        for j, p in enumerate(pairs):
+            if p is None:
+                continue
+            record, value = (records[j], records[p]["answer"]) if cond == "d2l" else (records[p], records[j]["answer"])
+            view = swapped_view(record, value, model.tokenizer, max_length)
+            if view is not None:
+                items.append(j)
+                views.append(view)
+        task = Task(items, views, [""] * len(items), [[]] * len(items), [doc_index[j] for j in items])
+        out[cond] = {j: e["nll"] for j, e in run_task(model, task, all_lora, batch_size, 0, False).items()}
+    return out
 
 
 @torch.no_grad()
@@ -229,6 +261,8 @@ def evaluate_model(
     if generate and "d2l_other_entity" in per:
         for j, entry in per["d2l_other_entity"].items():
             entry["own_fact"] = best_over(contains_answer, entry["response"], gold[j])
+    bound: list[str] = [c for c in ("d2l", "d2l_other_entity") if c in per]
+    value_margins(_swapped_nll(model, records, pairs, doc_index, bound, all_lora, max_length, batch_size), per)
     result: dict[str, Any] = {
         "num_docs": len(docs),
         "num_questions": len(records),
