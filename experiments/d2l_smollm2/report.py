@@ -233,6 +233,7 @@ def entity_table(runs: dict[int, dict[str, Any]]) -> list[str]:
     if other is None:
         return ["(not evaluated: d2l_other_entity was not in algo.eval_conditions, or the data has no question kinds)"]
     carry, stray = (pooled(runs, c, "lora_value_margin") for c in ("d2l", "d2l_other_entity"))
+    bound = pooled(runs, "d2l", "lora_value_margin", minus="d2l_other_entity")  # 0: no binding
     carry_n, stray_n = (pooled(runs, c, "lora_value_preferred") for c in ("d2l", "d2l_other_entity"))
     return [
         "| question asked with the document's LoRA | accuracy vs its own gold answer | states the LoRA's document's "
@@ -242,6 +243,7 @@ def entity_table(runs: dict[int, dict[str, Any]]) -> list[str]:
         f"| about the document's entity (D2L) | {cell(own)} | - | {cell(carry, True)} | {cell(carry_n)} |",
         f"| the same kind of question about another document's entity | {cell(other)} | {cell(leak)} | "
         f"{cell(stray, True)} | {cell(stray_n)} |",
+        f"| binding: own question minus the other entity's (paired) | - | - | {cell(bound, True)} | - |",
     ]
 
 

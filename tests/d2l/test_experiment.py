@@ -135,10 +135,11 @@ def test_report_entity_table_shows_the_binding_margins(tmp_path):
                                        "lora_value_preferred": float(stray > 0), "nll": 3.0, "tokens": 2}  # fmt: skip
     (tmp_path / "s0").mkdir()
     (tmp_path / "s0" / "eval.json").write_text(json.dumps(ev))
-    own, other = (line.split(" | ") for line in mod.entity_table(mod.load_runs(tmp_path)["facts"])[2:])
+    own, other, bound = (line.split(" | ") for line in mod.entity_table(mod.load_runs(tmp_path)["facts"])[2:])
     assert own[1].startswith("0.333 [") and own[3].startswith("+1.000 [") and own[4].startswith("0.667 [")
     assert other[1].startswith("0.000 [") and other[2].startswith("0.500 [") and other[3].startswith("+0.750 [")
     assert other[4].startswith("0.500 [")
+    assert bound[3].startswith("+1.250 [")  # paired over q0 and q1: ((3 - 2) + (1 + 0.5)) / 2
 
 
 def test_report_splits_d2l_by_the_kind_of_fact_asked(tmp_path):
