@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from posttrain.data.chat import assistant_labels
+from posttrain.data.d2l import student_view
 
 MARGIN, PREFERRED = "lora_value_margin", "lora_value_preferred"
 
@@ -27,9 +27,7 @@ def swapped_view(record: dict[str, Any], value: str, tokenizer: Any, max_length:
     reply = record.get("reply") or record["answer"]
     if not record["answer"] or record["answer"] not in reply or value == record["answer"]:
         return None
-    messages = [{"role": "user", "content": record["question"]}, {"role": "assistant", "content": reply}]
-    messages[1]["content"] = reply.replace(record["answer"], value, 1)
-    view = assistant_labels(tokenizer, messages, max_length)
+    view = student_view(dict(record, reply=reply.replace(record["answer"], value, 1)), tokenizer, max_length)
     return {"input_ids": view["input_ids"], "labels": view["labels"]}
 
 

@@ -36,6 +36,7 @@ __all__ = [
     "in_context_prompt",
     "in_context_view",
     "load_squad",
+    "student_view",
     "synthetic_documents",
     "synthetic_qa",
     "visible_document",
@@ -143,6 +144,14 @@ def _reply(record: dict[str, Any]) -> list[dict[str, str]]:
     return [{"role": "assistant", "content": record.get("reply") or record["answer"]}]
 
 
+def student_view(record: dict[str, Any], tokenizer: Any, max_length: int | None = None) -> dict[str, list[int]]:
+    """`input_ids`/`attention_mask`/`labels` of the record's question alone, labels on its reply (`reply`, else
+    `answer`): what D2L's student and the no-context baseline read."""
+    from posttrain.data.chat import assistant_labels
+
+    return assistant_labels(tokenizer, [{"role": "user", "content": record["question"]}] + _reply(record), max_length)
+
+
 def in_context_view(document: str, record: dict[str, Any], tokenizer: Any, max_length: int, doc_tokens: int):
     """`input_ids`/`labels` of `document` + the record's question, labels on its reply (`doc_tokens`: the
     document's length, added to the `max_length` of question + reply, + a few tokens where a cut text retokenizes
@@ -156,9 +165,7 @@ def in_context_view(document: str, record: dict[str, Any], tokenizer: Any, max_l
 def window_document(record: dict[str, Any], tokenizer: Any, max_length: int, window: int) -> str:
     """The record's document cut (its first tokens) so that document + question + reply fit in `window` tokens:
     what a model granted a context window of `window` tokens reads in context."""
-    from posttrain.data.chat import assistant_labels
-
-    student = assistant_labels(tokenizer, [{"role": "user", "content": record["question"]}] + _reply(record))
+    student = student_view(record, tokenizer)
     budget = window - len(student["input_ids"]) - 4  # + the separator between document and question
     for _ in range(4):  # a cut text can retokenize a few tokens longer: shrink by the excess and retry
         if budget <= 0:
@@ -188,15 +195,13 @@ def featurize(
     `reply` if it has one, else `answer`."""
     import torch
 
-    from posttrain.data.chat import IGNORE_INDEX, assistant_labels, check_labels
+    from posttrain.data.chat import IGNORE_INDEX, check_labels
 
     chunks, document = document_chunks(record["document"], tokenizer, max_doc_length, max_chunks, chunking)
     ctx = [t for c in chunks for t in c]
     if not ctx:
         raise DataError(f"the document of {record['question']!r} is empty: nothing to internalize")
-    student = assistant_labels(
-        tokenizer, [{"role": "user", "content": record["question"]}] + _reply(record), max_length
-    )
+    student = student_view(record, tokenizer, max_length)
     teacher = in_context_view(document, record, tokenizer, max_length, len(ctx))
     for name, view in (("student", student), ("in-context", teacher)):
         check_labels(torch.tensor(view["labels"]), where=f"{name} view of {record['question']!r}")
