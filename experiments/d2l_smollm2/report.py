@@ -35,6 +35,7 @@ LABELS = {
     "d2l": "D2L (own document)",
     "d2l_other_doc": "D2L (other document's LoRA)",
     "d2l_other_entity": "D2L (own LoRA, other entity's question)",
+    "in_context_other_entity": "in context (own document, other entity's question)",
     "format_lora": "format-only LoRA",
     "cd": "context distillation (per document)",
 }
@@ -227,24 +228,35 @@ def _only(run: dict[str, Any], keep: Any) -> dict[str, Any]:
     return dict(run, eval=ev)
 
 
+CARRIERS = {"d2l": ("D2L", "d2l_other_entity"), "in_context": ("in context", "in_context_other_entity")}
+
+
 def entity_table(runs: dict[int, dict[str, Any]]) -> list[str]:
-    own, other = pooled(runs, "d2l", "correct"), pooled(runs, "d2l_other_entity", "correct")
-    leak = pooled(runs, "d2l_other_entity", "own_fact")
-    if other is None:
-        return ["(not evaluated: d2l_other_entity was not in algo.eval_conditions, or the data has no question kinds)"]
-    carry, stray = (pooled(runs, c, "lora_value_margin") for c in ("d2l", "d2l_other_entity"))
-    bound = pooled(runs, "d2l", "lora_value_margin", minus="d2l_other_entity")  # 0: no binding
-    carry_n, stray_n = (pooled(runs, c, "lora_value_preferred") for c in ("d2l", "d2l_other_entity"))
-    return [
-        "| question asked with the document's LoRA | accuracy vs its own gold answer | states the LoRA's document's "
-        "answer instead | log P(reply with the LoRA's value) - log P(with the other document's), nats | share "
-        "preferring the LoRA's value |",
+    """The same carrier of a document (its LoRA, or the document in context) asked about its own entity and about
+    another document's: accuracy, own fact, and the value margins (`binding.py`); one block per carrier."""
+    lines = [
+        "| carrier: question asked | accuracy vs its own gold answer | states the document's answer instead | log P("
+        "reply with the document's value) - log P(with the other document's), nats | share preferring the document's "
+        "value |",
         "|---|---|---|---|---|",
-        f"| about the document's entity (D2L) | {cell(own)} | - | {cell(carry, True)} | {cell(carry_n)} |",
-        f"| the same kind of question about another document's entity | {cell(other)} | {cell(leak)} | "
-        f"{cell(stray, True)} | {cell(stray_n)} |",
-        f"| binding: own question minus the other entity's (paired) | - | - | {cell(bound, True)} | - |",
     ]
+    for own_cond, (name, other_cond) in CARRIERS.items():
+        own, other = pooled(runs, own_cond, "correct"), pooled(runs, other_cond, "correct")
+        if other is None:
+            continue
+        leak = pooled(runs, other_cond, "own_fact")
+        carry, stray = (pooled(runs, c, "lora_value_margin") for c in (own_cond, other_cond))
+        bound = pooled(runs, own_cond, "lora_value_margin", minus=other_cond)  # 0: no binding
+        carry_n, stray_n = (pooled(runs, c, "lora_value_preferred") for c in (own_cond, other_cond))
+        lines += [
+            f"| {name}: about the document's entity | {cell(own)} | - | {cell(carry, True)} | {cell(carry_n)} |",
+            f"| {name}: the same kind of question about another document's entity | {cell(other)} | {cell(leak)} | "
+            f"{cell(stray, True)} | {cell(stray_n)} |",
+            f"| {name}: binding, own question minus the other entity's (paired) | - | - | {cell(bound, True)} | - |",
+        ]
+    if len(lines) == 2:
+        return ["(not evaluated: no *_other_entity condition in algo.eval_conditions, or the data has no kinds)"]
+    return lines
 
 
 def length_table(sets: dict[str, dict[int, dict[str, Any]]]) -> list[str]:
@@ -346,7 +358,7 @@ def report(sets: dict[str, dict[int, dict[str, Any]]]) -> str:
             "",
             *kind_table(runs),
             "",
-            "### Same LoRA, other entity",
+            "### Same LoRA or document, other entity",
             "",
             *entity_table(runs),
             "",

@@ -29,7 +29,7 @@ def test_run_script_and_report_at_tiny_scale(tmp_path):
     trained = json.loads((res / "s0" / "eval.json").read_text())
     assert trained["conditions"] == [
         "no_context", "in_context", "in_context_truncated", "d2l", "d2l_other_doc", "d2l_other_entity",
-        "format_lora", "cd",
+        "in_context_other_entity", "format_lora", "cd",
     ]  # fmt: skip
     long = json.loads((res / "s0_x2" / "eval.json").read_text())
     assert "format_lora" not in long["conditions"] and long["context_window"] == 256
@@ -39,7 +39,10 @@ def test_run_script_and_report_at_tiny_scale(tmp_path):
     mod.main(["--results", str(res)])
     text = (res / "report.md").read_text()
     assert "| D2L (own document) | " in text and "| context distillation (per document) | " in text
-    assert "| format-only LoRA | " in text and "| the same kind of question about another document's entity |" in text
+    assert (
+        "| format-only LoRA | " in text and "| D2L: the same kind of question about another document's entity |" in text
+    )
+    assert "| in context: binding, own question minus the other entity's (paired) | - | - | " in text
     assert "x2 (" in text and "(seeds " in text and (res / "accuracy_vs_length.png").stat().st_size > 0
     # pooled over seeds question by question: with the same answer tokens, the seeds' mean of their own numbers
     sets = mod.load_runs(res)
@@ -135,11 +138,29 @@ def test_report_entity_table_shows_the_binding_margins(tmp_path):
                                        "lora_value_preferred": float(stray > 0), "nll": 3.0, "tokens": 2}  # fmt: skip
     (tmp_path / "s0").mkdir()
     (tmp_path / "s0" / "eval.json").write_text(json.dumps(ev))
-    own, other, bound = (line.split(" | ") for line in mod.entity_table(mod.load_runs(tmp_path)["facts"])[2:])
+    table = mod.entity_table(mod.load_runs(tmp_path)["facts"])
+    assert len(table) == 5  # D2L's block only: no in-context control in this run
+    own, other, bound = (line.split(" | ") for line in table[2:])
+    assert own[0] == "| D2L: about the document's entity"
     assert own[1].startswith("0.333 [") and own[3].startswith("+1.000 [") and own[4].startswith("0.667 [")
     assert other[1].startswith("0.000 [") and other[2].startswith("0.500 [") and other[3].startswith("+0.750 [")
     assert other[4].startswith("0.500 [")
     assert bound[3].startswith("+1.250 [")  # paired over q0 and q1: ((3 - 2) + (1 + 0.5)) / 2
+    for row, carry, stray in zip(ev["per_question"], (4.0, 2.0, 0.5), (0.0, 1.0, -3.0), strict=True):
+        margins = {"lora_value_margin": carry, "lora_value_preferred": float(carry > 0)}
+        row["in_context"] = {"correct": 1.0, "nll": 1.0, "tokens": 2, **margins}
+        margins = {"lora_value_margin": stray, "lora_value_preferred": float(stray > 0)}
+        row["in_context_other_entity"] = {"correct": 1.0, "own_fact": 0.0, "nll": 2.0, "tokens": 2, **margins}
+    (tmp_path / "s0" / "eval.json").write_text(json.dumps(ev))
+    table = mod.entity_table(mod.load_runs(tmp_path)["facts"])
+    assert len(table) == 8 and table[2:5] == [line for line in table[2:5] if line.startswith("| D2L: ")]
+    ic_own, ic_other, ic_bound = (line.split(" | ") for line in table[5:])
+    assert ic_own[0] == "| in context: about the document's entity" and ic_own[3].startswith("+2.167 [")
+    assert (
+        ic_other[1].startswith("1.000 [") and ic_other[2].startswith("0.000 [") and ic_other[3].startswith("-0.667 [")
+    )
+    assert ic_bound[3].startswith("+2.833 [")  # paired over all three: (4 + 1 + 3.5) / 3
+    assert mod.entity_table({0: {"eval": _eval(["q0"], "d2l", [1])}})[0].startswith("(not evaluated")
 
 
 def test_report_splits_d2l_by_the_kind_of_fact_asked(tmp_path):

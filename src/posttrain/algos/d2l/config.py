@@ -57,6 +57,7 @@ EVAL_CONDITIONS = (
     "d2l",  # the LoRA generated from the question's document
     "d2l_other_doc",  # the LoRA of another held-out document, same question
     "d2l_other_entity",  # the question's document's LoRA, asked about another document's entity (needs kinds)
+    "in_context_other_entity",  # the question's document in the prompt, asked about another document's entity
     "format_lora",  # a PEFT LoRA trained on the training questions' replies, no document (baselines.format_lora_*)
     "cd",  # per-document context distillation into a fresh PEFT LoRA (baselines.cd_*)
 )
@@ -131,7 +132,7 @@ class D2LAlgoConfig:
     monitor_docs: int = num(16, ge=2)
     eval_batch_size: int = num(16, gt=0)
     # Which EVAL_CONDITIONS to evaluate; null: every one that applies (format_lora and cd when their steps are set,
-    # d2l_other_entity when the questions have kinds).
+    # d2l_other_entity and in_context_other_entity when the questions have kinds).
     eval_conditions: list[str] | None = None
     # Tokens the base model is granted for document + question + answer in the truncated in-context baseline (and
     # the CD teacher); null: the model's max_position_embeddings. On CPU an experiment grants a small window (e.g.

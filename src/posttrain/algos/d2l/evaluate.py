@@ -12,6 +12,9 @@ Conditions (`config.EVAL_CONDITIONS`; the same questions and gold answers unless
   with a `kind`): scored against that other document's answer (a LoRA that binds its facts to its entity is no help
   there), and `own_fact` counts responses stating this document's answer to the same kind of question instead;
   `d2l` and `d2l_other_entity` also get the binding margins of `binding.py` (likelihood, no generation needed);
+- `in_context_other_entity`: the same pairing with the question's document in the prompt (as `in_context` reads
+  it) instead of its LoRA, scored the same way, with the margins of `in_context` beside it: the reference for
+  binding, what the base model does with a document it reads;
 - `format_lora`, `cd`: the PEFT adapter baselines of `baselines.py` (cd on the first `cd_max_docs` documents).
 Metrics: answer loss (token-mean NLL of the reference reply), and of greedy responses accuracy (a gold answer in the
 response), SQuAD exact match and F1 (`scoring.py`); 95% bootstrap CIs resample documents, not questions (the
@@ -37,7 +40,7 @@ from tqdm.auto import tqdm
 
 from posttrain.algos.d2l.baselines import distilled_lora, format_lora, lm_answer_logits, teacher_document
 from posttrain.algos.d2l.batching import view_batch
-from posttrain.algos.d2l.binding import MARGIN, PREFERRED, swapped_view, value_margins
+from posttrain.algos.d2l.binding import MARGIN, OTHER_ENTITY, PREFERRED, swapped_record, value_margins
 from posttrain.algos.d2l.config import EVAL_CONDITIONS
 from posttrain.algos.d2l.locality import other_entity_pairs
 from posttrain.algos.d2l.lora import GeneratedLoRA
@@ -50,6 +53,7 @@ from posttrain.data.d2l import (
     featurize_all,
     in_context_prompt,
     in_context_view,
+    student_view,
     window_document,
 )
 
@@ -110,6 +114,7 @@ def wanted_conditions(conditions: Any, baselines: Any, has_pairs: bool) -> list[
         "format_lora": bool(baselines is not None and baselines.format_lora_steps),
         "cd": bool(baselines is not None and baselines.cd_steps),
         "d2l_other_entity": has_pairs,
+        "in_context_other_entity": has_pairs,
     }
     if conditions is None:
         return [c for c in EVAL_CONDITIONS if applies.get(c, True)]
@@ -161,28 +166,34 @@ def _swapped_nll(
     model: Any,
     records: list[dict[str, Any]],
     pairs: list[int | None],
-    doc_index: list[int],
-    conds: list[str],
+    per: dict[str, dict[int, dict[str, Any]]],
+    carriers: dict[str, tuple[Any, list[int] | None]],
     all_lora: GeneratedLoRA,
-    max_length: int,
     batch_size: int,
 ) -> dict[str, dict[int, float]]:
-    """Per condition and paired question j, under j's document's LoRA, the NLL sum of the reply with the value
-    swapped (`binding.py`): in `d2l` j's own reply stating its pair's value, in `d2l_other_entity` the pair's reply
-    stating j's value."""
+    """Per condition of `carriers` ({own-question condition: (view of (j, record) with j's document as the
+    carrier, LoRA document per question or None)}) and each paired question j it scored, the NLL sum of the reply
+    with the value swapped (`binding.py`): on the own question j's reply stating its pair's value, on the other
+    entity's (`OTHER_ENTITY`) the pair's reply stating j's value."""
     out: dict[str, dict[int, float]] = {}
-    for cond in conds:
-        items, views = [], []
-        for j, p in enumerate(pairs):
-            if p is None:
-                continue
-            record, value = (records[j], records[p]["answer"]) if cond == "d2l" else (records[p], records[j]["answer"])
-            view = swapped_view(record, value, model.tokenizer, max_length)
-            if view is not None:
-                items.append(j)
-                views.append(view)
-        task = Task(items, views, [""] * len(items), [[]] * len(items), [doc_index[j] for j in items])
-        out[cond] = {j: e["nll"] for j, e in run_task(model, task, all_lora, batch_size, 0, False).items()}
+    for own, (view_of, lora_docs) in carriers.items():
+        for cond in (own, OTHER_ENTITY[own]):
+            items, views = [], []
+            for j in sorted(per.get(cond, {})):
+                p = pairs[j]
+                if p is None:
+                    continue
+                swapped = (
+                    swapped_record(records[j], records[p]["answer"])
+                    if cond == own
+                    else swapped_record(records[p], records[j]["answer"])
+                )
+                if swapped is not None:
+                    items.append(j)
+                    views.append(view_of(j, swapped))
+            docs = None if lora_docs is None else [lora_docs[j] for j in items]
+            task = Task(items, views, [""] * len(items), [[]] * len(items), docs)
+            out[cond] = {j: e["nll"] for j, e in run_task(model, task, all_lora, batch_size, 0, False).items()}
     return out
 
 
@@ -226,9 +237,19 @@ def evaluate_model(
     questions = [r["question"] for r in records]
     gold = [golds(r) for r in records]
     fits = [j for j in everyone if len(rows[j]["t_input_ids"]) <= positions]
-    if not fits and "in_context" in wanted:  # no question's document fits the model's positions
-        wanted.remove("in_context")
     paired = [j for j in everyone if pairs[j] is not None]
+
+    def in_context_of(j: int, record: dict[str, Any]) -> dict[str, Any]:  # j's document, `record`'s question
+        return in_context_view(seen[doc_index[j]], record, tok, max_length, len(rows[j]["ctx_ids"]))
+
+    read_other: dict[int, dict[str, Any]] = {}  # j -> j's document with its pair's question, where it fits
+    if "in_context_other_entity" in wanted:
+        fitting = set(fits)
+        read_other = {j: in_context_of(j, records[pairs[j]]) for j in paired if j in fitting}  # type: ignore[index]
+        read_other = {j: v for j, v in read_other.items() if len(v["input_ids"]) <= positions}
+    for cond, able in (("in_context", fits), ("in_context_other_entity", read_other)):
+        if not able and cond in wanted:  # no question's document fits the model's positions
+            wanted.remove(cond)
     tasks = {
         "no_context": Task(everyone, student, questions, gold),
         "in_context": Task(
@@ -252,17 +273,27 @@ def evaluate_model(
             [gold[pairs[j]] for j in paired],  # type: ignore[index]
             [doc_index[j] for j in paired],
         ),
+        "in_context_other_entity": Task(
+            list(read_other),
+            list(read_other.values()),
+            [in_context_prompt(seen[doc_index[j]], questions[pairs[j]]) for j in read_other],  # type: ignore[index]
+            [gold[pairs[j]] for j in read_other],  # type: ignore[index]
+        ),
     }
     all_lora = GeneratedLoRA.cat([model.internalize(docs[i : i + batch_size]) for i in range(0, len(docs), batch_size)])
     per: dict[str, dict[int, dict[str, Any]]] = {}
     todo = [c for c in wanted if c in tasks]
     for cond in tqdm(todo, desc="evaluating conditions", unit="condition", leave=False, disable=not todo):
         per[cond] = run_task(model, tasks[cond], all_lora, batch_size, max_new_tokens, generate)
-    if generate and "d2l_other_entity" in per:
-        for j, entry in per["d2l_other_entity"].items():
+    for cond in OTHER_ENTITY.values():
+        for j, entry in per.get(cond, {}).items() if generate else ():
             entry["own_fact"] = best_over(contains_answer, entry["response"], gold[j])
-    bound: list[str] = [c for c in ("d2l", "d2l_other_entity") if c in per]
-    value_margins(_swapped_nll(model, records, pairs, doc_index, bound, all_lora, max_length, batch_size), per)
+    carriers: dict[str, tuple[Any, list[int] | None]] = {
+        "d2l": (lambda j, record: student_view(record, tok, max_length), doc_index)
+    }
+    if "in_context_other_entity" in per:  # the in-context reference, only where it is asked for
+        carriers["in_context"] = (in_context_of, None)
+    value_margins(_swapped_nll(model, records, pairs, per, carriers, all_lora, batch_size), per)
     result: dict[str, Any] = {
         "num_docs": len(docs),
         "num_questions": len(records),
