@@ -8,11 +8,11 @@ import pytest
 import torch
 
 from posttrain.algos.d2l.batching import view_batch
-from posttrain.algos.d2l.binding import MARGIN, PREFERRED, swapped_record, value_margins
+from posttrain.algos.d2l.binding import MARGIN, PREFERRED, swapped_record, value_margins, with_distractors
 from posttrain.algos.d2l.evaluate import answer_nll, evaluate_model
 from posttrain.algos.d2l.locality import other_entity_pairs
 from posttrain.algos.d2l.monitor import document_index
-from posttrain.data.d2l import document_chunks, fact_qa, featurize, in_context_view, student_view
+from posttrain.data.d2l import SENTENCE_END, document_chunks, fact_qa, featurize, in_context_view, student_view
 
 
 def test_the_swapped_record_states_the_other_value_in_the_same_reply(d2l_model):
@@ -103,3 +103,27 @@ def test_evaluation_reports_the_margins_from_each_questions_own_carrier(d2l_mode
     for q, p in zip(per, pairs):  # the in-context control is scored against the other entity's answer
         if p is not None:
             assert "own_fact" in q["in_context_other_entity"] and q["in_context_other_entity"]["correct"] in (0.0, 1.0)
+
+
+def test_distractors_put_each_pairs_fact_into_the_document(d2l_model):
+    tok = d2l_model().tokenizer
+    records = fact_qa(4, seed=0, held_out=True, num_facts=3, single_hop=3, two_hop=0, tokenizer=tok, reply="sentence")
+    docs, doc = document_index(records)
+    pairs = other_entity_pairs(records, doc, len(docs))
+    out = with_distractors(records, seed=0)
+    new_docs, new_doc = document_index(out)
+    assert new_doc == doc and other_entity_pairs(out, new_doc, len(new_docs)) == pairs  # the same pairing after
+    for d, (before, after) in enumerate(zip(docs, new_docs, strict=True)):
+        sentences = [s.strip() for s in SENTENCE_END.split(after)]
+        own = [s.strip() for s in SENTENCE_END.split(before)]
+        added = [records[p]["reply"] for j, p in enumerate(pairs) if doc[j] == d and p is not None]
+        assert added and sorted(sentences) == sorted(own + added)  # its own facts, and one sentence per pair
+        assert [s for s in sentences if s in own] == own  # in their order
+    for j, r in enumerate(out):
+        assert r["question"] == records[j]["question"] and r["answer"] == records[j]["answer"]
+        assert "answer_start" not in r and "evidence_end" not in r  # offsets the insertions moved
+    assert with_distractors(records, seed=0) == out and with_distractors(records, seed=1) != out  # seeded placement
+    with pytest.raises(ValueError, match="paired questions"):
+        with_distractors([dict(r, kind=None) for r in records])
+    with pytest.raises(ValueError, match="reply sentences"):
+        with_distractors([{k: v for k, v in r.items() if k != "reply"} for r in records])

@@ -37,6 +37,8 @@ def test_d2l_composes_with_derived_queries():
         (["algo.encoder.early_exit_layer=9", "algo.per_layer_processing=false"], "early_exit_layer=9"),
         (["algo.encoder.max_chunks=0"], "algo.encoder.max_chunks"),
         (["algo.encoder.chunking=words"], "algo.encoder.chunking=words is not one of tokens, sentences"),
+        (["algo.eval_distractors=true"], "algo.eval_distractors needs data=d2l_facts"),
+        (["data=d2l_facts", "++data.params.reply=answer", "algo.eval_distractors=true"], "data.params.reply=sentence"),
     ],
 )
 def test_bad_shapes_fail_at_compose(overrides, needle):

@@ -109,6 +109,10 @@ def _eval(cfg: DictConfig, model: D2LModel) -> dict[str, Any]:
 
     train, held_out = d2l_records(cfg.data, model.tokenizer)
     algo = cfg.algo
+    if algo.eval_distractors:
+        from posttrain.algos.d2l.binding import with_distractors
+
+        held_out = with_distractors(held_out, int(cfg.data.seed))  # the same documents for every run seed
     return evaluate_model(
         model,
         held_out,

@@ -134,6 +134,10 @@ class D2LAlgoConfig:
     # Which EVAL_CONDITIONS to evaluate; null: every one that applies (format_lora and cd when their steps are set,
     # d2l_other_entity and in_context_other_entity when the questions have kinds).
     eval_conditions: list[str] | None = None
+    # Held-out documents also state their questions' pairs' facts (the same kind of fact about another document's
+    # entity, `binding.with_distractors`): a binding test that the base model reading the document can pass. Needs
+    # data=d2l_facts with data.params.reply=sentence.
+    eval_distractors: bool = False
     # Tokens the base model is granted for document + question + answer in the truncated in-context baseline (and
     # the CD teacher); null: the model's max_position_embeddings. On CPU an experiment grants a small window (e.g.
     # 512) so that documents of 8x the window stay cheap; D2L reads any document in chunks of
@@ -266,6 +270,8 @@ def _check_eval(cfg: DictConfig) -> None:
         raise ConfigError(f"algo.locality_span={algo.locality_span} is not one of {', '.join(LOCALITY_SPANS)}")
     if algo.locality_coef and cfg.data.name != "d2l_facts":
         raise ConfigError("algo.locality_coef > 0 needs questions with kinds, to pair across entities (data=d2l_facts)")
+    if algo.eval_distractors and (cfg.data.name != "d2l_facts" or params.get("reply") != "sentence"):
+        raise ConfigError("algo.eval_distractors needs data=d2l_facts with data.params.reply=sentence")
     if cfg.data.name == "d2l_facts" and cfg.data.source == "generator":
         from posttrain.data.d2l.facts import facts_problems
 
