@@ -24,6 +24,7 @@ import statistics
 from pathlib import Path
 from typing import Any
 
+from posttrain.algos.d2l.binding import OTHER_ENTITY
 from posttrain.algos.d2l.config import EVAL_CONDITIONS
 from posttrain.analysis.stats import bootstrap_ci
 
@@ -228,7 +229,7 @@ def _only(run: dict[str, Any], keep: Any) -> dict[str, Any]:
     return dict(run, eval=ev)
 
 
-CARRIERS = {"d2l": ("D2L", "d2l_other_entity"), "in_context": ("in context", "in_context_other_entity")}
+CARRIERS = {"d2l": "D2L", "in_context": "in context"}  # binding.OTHER_ENTITY's own-question conditions, named
 
 
 def entity_table(runs: dict[int, dict[str, Any]]) -> list[str]:
@@ -240,7 +241,8 @@ def entity_table(runs: dict[int, dict[str, Any]]) -> list[str]:
         "value |",
         "|---|---|---|---|---|",
     ]
-    for own_cond, (name, other_cond) in CARRIERS.items():
+    for own_cond, other_cond in OTHER_ENTITY.items():
+        name = CARRIERS[own_cond]
         own, other = pooled(runs, own_cond, "correct"), pooled(runs, other_cond, "correct")
         if other is None:
             continue

@@ -30,9 +30,9 @@ from posttrain.algos.d2l.monitor import document_index
 from posttrain.data.d2l import SENTENCE_END
 
 MARGIN, PREFERRED = "lora_value_margin", "lora_value_preferred"
-# condition -> sign of (swapped NLL - gold NLL): on the carrier's own question the gold reply states its value
-SIGNS = {"d2l": 1.0, "d2l_other_entity": -1.0, "in_context": 1.0, "in_context_other_entity": -1.0}
 OTHER_ENTITY = {"d2l": "d2l_other_entity", "in_context": "in_context_other_entity"}  # own question -> other's
+# condition -> sign of (swapped NLL - gold NLL): on the carrier's own question the gold reply states its value
+SIGNS = {**dict.fromkeys(OTHER_ENTITY, 1.0), **dict.fromkeys(OTHER_ENTITY.values(), -1.0)}
 
 
 def swapped_record(record: dict[str, Any], value: str) -> dict[str, Any] | None:

@@ -285,9 +285,10 @@ def evaluate_model(
     todo = [c for c in wanted if c in tasks]
     for cond in tqdm(todo, desc="evaluating conditions", unit="condition", leave=False, disable=not todo):
         per[cond] = run_task(model, tasks[cond], all_lora, batch_size, max_new_tokens, generate)
-    for cond in OTHER_ENTITY.values():
-        for j, entry in per.get(cond, {}).items() if generate else ():
-            entry["own_fact"] = best_over(contains_answer, entry["response"], gold[j])
+    if generate:
+        for cond in OTHER_ENTITY.values():
+            for j, entry in per.get(cond, {}).items():
+                entry["own_fact"] = best_over(contains_answer, entry["response"], gold[j])
     carriers: dict[str, tuple[Any, list[int] | None]] = {
         "d2l": (lambda j, record: student_view(record, tok, max_length), doc_index)
     }
