@@ -73,7 +73,7 @@ def add_rows(sets: dict[str, dict[int, dict[str, Any]]], conds: list[str], eval_
             if [(r["question"], r["doc_tokens"]) for r in mine] != [(r["question"], r["doc_tokens"]) for r in rows]:
                 raise ValueError(f"{eval_json}: other questions or documents than {run['name']}'s")
             for row, extra in zip(mine, rows, strict=True):
-                row.update({cond: extra[cond] for cond in conds})
+                row.update({cond: extra[cond] for cond in conds if cond in extra})  # CD: cd_max_docs only
             run["eval"]["conditions"] = [*run["eval"]["conditions"], *conds]
             run["eval"].update({k: other[k] for c in conds for k in COST_KEYS.get(c, ()) if k in other})
 
@@ -198,24 +198,28 @@ def hops_table(runs: dict[int, dict[str, Any]]) -> list[str]:
 
 
 def kind_table(runs: dict[int, dict[str, Any]]) -> list[str]:
-    """D2L by the kind of fact asked (birth date, company, number of papers...): which facts a LoRA carries."""
+    """By the kind of fact asked (birth date, company, number of papers...): which facts a LoRA carries, beside the
+    document in context and a LoRA distilled from it per document (context distillation, same rank and layers)."""
     kinds = sorted({r["kind"] for r in _rows(runs)[0] if r.get("kind")})
     lines = [
-        "| fact asked | questions | in context, accuracy | D2L accuracy [95% CI] | D2L F1 | D2L answer CE | other "
-        "document's LoRA, answer CE |",
-        "|---|---|---|---|---|---|---|",
+        "| fact asked | questions | in context, accuracy | context distillation, accuracy | D2L accuracy [95% CI] "
+        "| D2L F1 | D2L answer CE | other document's LoRA, answer CE |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     for kind in kinds:
         subset = {s: _only(run, lambda r, k=kind: r.get("kind") == k) for s, run in runs.items()}
-        acc = pooled(subset, "d2l", "correct")
-        if acc is None:
-            continue
-        ic, f1, ce, other = (
+        ic, cd, acc, f1, ce, other = (
             pooled(subset, c, k)
-            for c, k in (("in_context", "correct"), ("d2l", "f1"), ("d2l", "nll"), ("d2l_other_doc", "nll"))
-        )
+            for c, k in (
+                ("in_context", "correct"), ("cd", "correct"), ("d2l", "correct"), ("d2l", "f1"), ("d2l", "nll"),
+                ("d2l_other_doc", "nll"),
+            )
+        )  # fmt: skip
+        if ic is None and cd is None and acc is None:
+            continue
         lines.append(
-            f"| {kind} | {acc['n']} | {_mean(ic)} | {cell(acc)} | {_mean(f1)} | {_mean(ce)} | {_mean(other)} |"
+            f"| {kind} | {len(_rows(subset)[0])} | {_mean(ic)} | {_mean(cd)} | {cell(acc)} | {_mean(f1)} | {_mean(ce)} "
+            f"| {_mean(other)} |"
         )
     return lines if len(lines) > 2 else ["(the questions carry no kind)"]
 
@@ -356,7 +360,7 @@ def report(sets: dict[str, dict[int, dict[str, Any]]]) -> str:
             "",
             *hops_table(runs),
             "",
-            "### D2L by the fact asked",
+            "### By the fact asked",
             "",
             *kind_table(runs),
             "",

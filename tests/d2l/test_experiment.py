@@ -176,9 +176,25 @@ def test_report_splits_d2l_by_the_kind_of_fact_asked(tmp_path):
         (tmp_path / f"s{seed}" / "eval.json").write_text(json.dumps(ev))
     lines = mod.kind_table(mod.load_runs(tmp_path)["facts"])
     mentor, papers = lines[2].split(" | "), lines[3].split(" | ")
-    assert mentor[:3] == ["| mentor", "2", "-"] and papers[:3] == ["| papers", "2", "-"]  # no in-context rows here
-    assert papers[3].startswith("0.750 [") and "(seeds 1.000, 0.500)" in papers[3]
-    assert mentor[3].startswith("0.250 [") and "(seeds 0.000, 0.500)" in mentor[3]
+    assert mentor[:4] == ["| mentor", "2", "-", "-"] and papers[:4] == ["| papers", "2", "-", "-"]  # no IC, no CD
+    assert papers[4].startswith("0.750 [") and "(seeds 1.000, 0.500)" in papers[4]
+    assert mentor[4].startswith("0.250 [") and "(seeds 0.000, 0.500)" in mentor[4]
     # answer CE: each question's NLL over its 2 tokens, seed-averaged: papers (8/2 + 6/2) / 2 = 1.75
-    assert papers[5:] == ["1.750", "3.000 |"] and mentor[5:] == ["1.250", "3.000 |"]
+    assert papers[6:] == ["1.750", "3.000 |"] and mentor[6:] == ["1.250", "3.000 |"]
+    # a baseline run once (context distillation on three of the questions), given to both seeds as report --rows does
+    cd = _eval(questions, "cd", [1, 0, 1, 1])
+    for row, kind in zip(cd["per_question"], kinds, strict=True):
+        row["kind"] = kind
+    cd["per_question"][3].pop("cd")  # the fourth question's document was not distilled (cd_max_docs)
+    (tmp_path / "cd.json").write_text(json.dumps(cd))
+    sets = mod.load_runs(tmp_path)
+    mod.add_rows(sets, ["cd"], tmp_path / "cd.json")
+    mentor, papers = (line.split(" | ") for line in mod.kind_table(sets["facts"])[2:])
+    assert papers[3] == "0.500" and mentor[1:4] == ["2", "-", "1.000"] and mentor[4].startswith("0.250 [")
+    # kinds are split with no D2L condition too (a baseline-only run)
+    only_cd = mod.kind_table({0: {"eval": cd}})
+    assert [line.split(" | ")[:4] for line in only_cd[2:]] == [
+        ["| mentor", "2", "-", "1.000"],
+        ["| papers", "2", "-", "0.500"],
+    ]
     assert mod.kind_table({0: {"eval": _eval(questions, "d2l", [1, 0, 0, 0])}}) == ["(the questions carry no kind)"]
