@@ -124,12 +124,19 @@ def eval_overrides(checkpoint: Path, tokens: int, docs: int, conditions: tuple[s
     ]
 
 
-def run(cmd: list[str], log: Path, threads: int = 4) -> int:
+def run(cmd: list[str], log: Path, threads: int = 4, timeout_s: float | None = None) -> int:
+    """`cmd` from the repository root, its output appended to `log`; its exit status, 124 if `timeout_s` ended it."""
     with open(log, "a") as f:
         f.write(" ".join(cmd) + "\n")
         f.flush()
         env = dict(os.environ, OMP_NUM_THREADS=str(threads))
-        return subprocess.run(cmd, cwd=ROOT, stdout=f, stderr=subprocess.STDOUT, env=env).returncode
+        try:
+            return subprocess.run(
+                cmd, cwd=ROOT, stdout=f, stderr=subprocess.STDOUT, env=env, timeout=timeout_s
+            ).returncode
+        except subprocess.TimeoutExpired:
+            f.write(f"\nended after {timeout_s:.0f} s (--limit-s)\n")
+            return 124
 
 
 def read_json(path: Path) -> dict:
@@ -145,16 +152,22 @@ def arm_job(
     t0: float,
     threads: int = 4,
     eval_docs: int = 16,
+    deadline: float | None = None,
 ) -> dict:
     """Train one arm into /tmp/d2l_<name>, then evaluate its checkpoint on the held-out documents padded to each of
     `eval_tokens` (`mode=eval`, the first `eval_docs` documents); everything in one dict (a device call returns 8
-    files)."""
+    files). At `deadline` (time.time()) the running process is ended, and the hypernet of its last checkpoint is
+    still kept."""
+
+    def left() -> float | None:
+        return None if deadline is None else max(deadline - time.time(), 1.0)
+
     run_dir = Path("/tmp") / f"d2l_{name}"
     shutil.rmtree(run_dir, ignore_errors=True)
     base = merged(COMMON, ARMS[arm], overrides)
     log = out / f"{name}.log"
     log.write_text("")
-    rc = run([sys.executable, "train.py", *base, f"hydra.run.dir={run_dir}"], log, threads)
+    rc = run([sys.executable, "train.py", *base, f"hydra.run.dir={run_dir}"], log, threads, left())
     summary = read_summary(run_dir)
     print(f"{name}: rc={rc} at {time.time() - t0:.0f} s: {json.dumps(summary)[:1500]}", flush=True)
     result = {
@@ -177,6 +190,7 @@ def arm_job(
             [sys.executable, "train.py", *merged(base, over), f"hydra.run.dir={eval_dir}"],
             log,
             threads,
+            left(),
         )
         result["long"][str(tokens)] = read_json(eval_dir / "eval.json")
         print(f"{name} at {tokens} tokens: rc={rc_eval} at {time.time() - t0:.0f} s", flush=True)
@@ -205,6 +219,12 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--threads", type=int, default=4, help="OMP_NUM_THREADS of each process")
     ap.add_argument("--eval-tokens", default="", help="after training: held-out documents padded to these lengths")
     ap.add_argument("--eval-docs", type=int, default=16, help="how many held-out documents --eval-tokens evaluates")
+    ap.add_argument(
+        "--limit-s",
+        type=float,
+        help="end every process this many seconds after the start, keeping the hypernets trained by then (below the "
+        "caller's own limit: a driver killed from outside leaves them behind)",
+    )
     ap.add_argument("--out", default=os.environ.get("OUT", "/tmp/out"))
     ap.add_argument(
         "--init",
@@ -252,7 +272,8 @@ def main(argv: list[str] | None = None) -> None:
             print(f"{name}: started ({' '.join(over)})", flush=True)
             over += [f"seed={seed}", *device, *([f"algo.init_hypernet={args.init.resolve()}"] if args.init else [])]
             lengths = eval_tokens if arm in SEVERAL_CHUNKS and not args.calibrate else []
-            job = pool.submit(arm_job, arm, name, over, lengths, out, t0, args.threads, args.eval_docs)
+            deadline = t0 + args.limit_s if args.limit_s else None
+            job = pool.submit(arm_job, arm, name, over, lengths, out, t0, args.threads, args.eval_docs, deadline)
             jobs[name] = arm, job
     if args.calibrate:
         for arm, job in jobs.values():

