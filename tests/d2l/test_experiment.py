@@ -198,3 +198,21 @@ def test_report_splits_d2l_by_the_kind_of_fact_asked(tmp_path):
         ["| papers", "2", "-", "0.500"],
     ]
     assert mod.kind_table({0: {"eval": _eval(questions, "d2l", [1, 0, 0, 0])}}) == ["(the questions carry no kind)"]
+
+
+def test_report_pairs_d2l_with_truncation_at_each_length_beyond_the_facts(tmp_path):
+    """The long sets get D2L minus truncated in context (and CD, full in context) per length, paired by question."""
+    mod = experiment_script(SCRIPT.parent / "report.py")
+    questions = ["q0", "q1", "q2", "q3"]
+    for name, correct in (("s0", [1, 1, 1, 0]), ("s0_x2", [1, 1, 0, 0]), ("s1_x2", [1, 0, 0, 0])):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "eval.json").write_text(json.dumps(_eval(questions, "d2l", correct)))
+    truncated = tmp_path / "truncated.json"
+    truncated.write_text(json.dumps(_eval(questions, "in_context_truncated", [0, 1, 0, 0])))
+    sets = mod.load_runs(tmp_path)
+    assert mod.long_paired_table({"facts": sets["facts"]}) == []  # nothing beyond the facts alone
+    mod.rows_option(sets, f"x2:in_context_truncated={truncated}")
+    rows = mod.long_paired_table(sets)
+    assert len(rows) == 3 and rows[2].startswith("| x2 | in context (truncated to the window) | 4 (4) | +0.125 [")
+    assert "(seeds +0.250, +0.000)" in rows[2]  # seed 0: 2 right against 1, seed 1: 1 against 1, of 4
+    assert "### Paired differences beyond the facts alone" in mod.report(sets)
