@@ -48,7 +48,7 @@ def test_runs_name_their_seeds_per_arm_or_for_all(gpu_scale):
 
 
 def test_long_documents_are_evaluated_only_for_arms_trained_on_several_chunks(gpu_scale):
-    assert sorted(gpu_scale.SEVERAL_CHUNKS) == ["fact1_chunks", "facts9"]
+    assert sorted(gpu_scale.SEVERAL_CHUNKS) == ["fact1_chunks", "fact1_chunks32", "facts9"]
 
 
 def test_a_stop_step_past_the_schedule_is_refused_before_any_run(gpu_scale, tmp_path, capsys):
