@@ -87,13 +87,14 @@ ARMS: dict[str, list[str]] = {
         "data.params.train_doc_tokens=1024",
     ],
     # the same up to 32 chunks (8x the window): fact1_chunks reads 16 chunks nearly as well as 8 (0.368 against 0.396
-    # on 48 documents) but 32 not (0.035, 2026-11-28); start it from a fact1_chunks hypernet (--init)
+    # on 48 documents) but 32 not (0.035, 2026-11-28); start it from a fact1_chunks hypernet (--init). 3,968: a drawn
+    # length overshoots by a sentence (4,141 tokens at 4,096), and past max_chunks' 32 x 128 the rest is not read
     "fact1_chunks32": [
         "data.num_train=30000",
         "++data.params.num_facts=1",
         "++data.params.single_hop=1",
         "++data.params.two_hop=0",
-        "data.params.train_doc_tokens=4096",
+        "data.params.train_doc_tokens=3968",
     ],
 }
 # arms trained on documents of several chunks (all but the ONE_CHUNK ones): the only ones `--eval-tokens` evaluates on
