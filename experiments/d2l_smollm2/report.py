@@ -173,36 +173,32 @@ def main_table(runs: dict[int, dict[str, Any]]) -> list[str]:
     return lines
 
 
-def paired_table(runs: dict[int, dict[str, Any]]) -> list[str]:
-    lines = [
-        "| D2L minus | questions (documents) | accuracy [paired 95% CI] | F1 [paired 95% CI] |",
-        "|---|---|---|---|",
-    ]
-    for other in ("no_context", "d2l_other_doc", "format_lora", "in_context_truncated", "in_context", "cd"):
+PAIRED_HEADER = "| D2L minus | questions (documents) | accuracy [paired 95% CI] | F1 [paired 95% CI] |"
+
+
+def _paired_rows(runs: dict[int, dict[str, Any]], others: tuple[str, ...], prefix: str = "") -> list[str]:
+    """A row per baseline of `others` that `runs` has: D2L minus it, paired by question (accuracy and F1)."""
+    rows = []
+    for other in others:
         acc, f1 = pooled(runs, "d2l", "correct", other), pooled(runs, "d2l", "f1", other)
         if acc is not None:
-            lines.append(f"| {LABELS[other]} | {acc['n']} ({acc['docs']}) | {cell(acc, True)} | {cell(f1, True)} |")
-    return lines
+            rows.append(
+                f"| {prefix}{LABELS[other]} | {acc['n']} ({acc['docs']}) | {cell(acc, True)} | {cell(f1, True)} |"
+            )
+    return rows
+
+
+def paired_table(runs: dict[int, dict[str, Any]]) -> list[str]:
+    others = ("no_context", "d2l_other_doc", "format_lora", "in_context_truncated", "in_context", "cd")
+    return [PAIRED_HEADER, "|---|---|---|---|", *_paired_rows(runs, others)]
 
 
 def long_paired_table(sets: dict[str, dict[int, dict[str, Any]]]) -> list[str]:
     """D2L minus the baselines that read a long document (truncated, distilled with a truncated teacher, or whole),
     paired by question at each length beyond the facts alone: issue 27's "above truncated in context"."""
-    lines = [
-        "| length | D2L minus | questions (documents) | accuracy [paired 95% CI] | F1 [paired 95% CI] |",
-        "|---|---|---|---|---|",
-    ]
-    for name, runs in sets.items():
-        if name == FACTS:
-            continue
-        for other in ("in_context_truncated", "cd", "in_context"):
-            acc, f1 = pooled(runs, "d2l", "correct", other), pooled(runs, "d2l", "f1", other)
-            if acc is not None:
-                row = (
-                    f"| {name} | {LABELS[other]} | {acc['n']} ({acc['docs']}) | {cell(acc, True)} | {cell(f1, True)} |"
-                )
-                lines.append(row)
-    return lines if len(lines) > 2 else []
+    others = ("in_context_truncated", "cd", "in_context")
+    rows = [row for name, runs in sets.items() if name != FACTS for row in _paired_rows(runs, others, f"{name} | ")]
+    return [f"| length {PAIRED_HEADER}", "|---|---|---|---|---|", *rows] if rows else []
 
 
 def hops_table(runs: dict[int, dict[str, Any]]) -> list[str]:
