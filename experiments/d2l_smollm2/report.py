@@ -12,7 +12,7 @@ questions about one document are not independent; `posttrain.analysis.stats.boot
 seeds is shown beside it. Differences are paired over the same questions. Writes <dir>/report.md and
 <dir>/accuracy_vs_length.png. `--rows [x2:]cd=<eval.json>` adds a condition's rows from a run on the same questions and
 documents (a baseline run once, elsewhere: context distillation on a CPU beside D2L's seeds on a GPU), to every set
-or to one.
+or to one; `--docs N` keeps the questions about the first N documents (where such a baseline ran on those only).
 """
 
 from __future__ import annotations
@@ -174,6 +174,17 @@ def main_table(runs: dict[int, dict[str, Any]]) -> list[str]:
 
 
 PAIRED_HEADER = "| D2L minus | questions (documents) | accuracy [paired 95% CI] | F1 [paired 95% CI] |"
+
+
+def first_docs(sets: dict[str, dict[int, dict[str, Any]]], n: int) -> dict[str, dict[int, dict[str, Any]]]:
+    """Every run restricted to the questions about its first `n` documents (a baseline that ran on those only, e.g.
+    context distillation with `algo.baselines.cd_max_docs`, against the others on the same questions)."""
+
+    def keep(run: dict[str, Any]) -> dict[str, Any]:
+        docs = list(dict.fromkeys(r["doc"] for r in run["eval"]["per_question"]))[:n]
+        return _only(run, lambda r: r["doc"] in docs)
+
+    return {name: {seed: keep(run) for seed, run in runs.items()} for name, runs in sets.items()}
 
 
 def _paired_rows(runs: dict[int, dict[str, Any]], others: tuple[str, ...], prefix: str = "") -> list[str]:
@@ -404,12 +415,15 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument(
         "--rows", action="append", default=[], metavar="[SET:]COND[,COND]=EVAL_JSON", help="rows from another run"
     )
+    parser.add_argument("--docs", type=int, help="only the questions about each run's first DOCS documents")
     args = parser.parse_args(argv)
     sets = load_runs(args.results)
     if not sets:
         raise SystemExit(f"{args.results}: no s<seed>[_x<k>]/eval.json")
     for spec in args.rows:
         rows_option(sets, spec)
+    if args.docs:
+        sets = first_docs(sets, args.docs)
     text = report(sets)
     (args.results / "report.md").write_text(text)
     plot(sets, args.results / "accuracy_vs_length.png")

@@ -216,3 +216,17 @@ def test_report_pairs_d2l_with_truncation_at_each_length_beyond_the_facts(tmp_pa
     assert len(rows) == 3 and rows[2].startswith("| x2 | in context (truncated to the window) | 4 (4) | +0.125 [")
     assert "(seeds +0.250, +0.000)" in rows[2]  # seed 0: 2 right against 1, seed 1: 1 against 1, of 4
     assert "### Paired differences beyond the facts alone" in mod.report(sets)
+
+
+def test_report_docs_keeps_the_questions_about_the_first_documents(tmp_path):
+    """`--docs N`: every condition on the questions of the first N documents, where a baseline ran on those only."""
+    mod = experiment_script(SCRIPT.parent / "report.py")
+    (tmp_path / "s0").mkdir()
+    ev = _eval(["q0", "q1", "q2", "q3"], "d2l", [1, 0, 0, 0])
+    ev["per_question"][1]["doc"] = 0  # two questions about document 0, then documents 2 and 3
+    (tmp_path / "s0" / "eval.json").write_text(json.dumps(ev))
+    sets = mod.first_docs(mod.load_runs(tmp_path), 1)
+    assert [r["question"] for r in sets["facts"][0]["eval"]["per_question"]] == ["q0", "q1"]
+    assert mod.pooled(sets["facts"], "d2l", "correct")["mean"] == 0.5
+    mod.main(["--results", str(tmp_path), "--docs", "2"])
+    assert "| D2L (own document) | 3 (2) | 0.333 [" in (tmp_path / "report.md").read_text()
