@@ -5,6 +5,8 @@
     python experiments/d2l_smollm2/gpu_scale.py --steps 2400 --seeds 1,2 --eval-tokens 1024,2048,4096 fact1_chunks
     python experiments/d2l_smollm2/gpu_scale.py --steps 2400 --stop-step 1750 fact1@1,2 fact1_chunks@0,1,2
     python experiments/d2l_smollm2/gpu_scale.py --steps 4000 --init /tmp/d2l_scale/fact1_hypernet facts3_sentences
+    python experiments/d2l_smollm2/gpu_scale.py --steps 3000 --init '.gpu/facts3_sentences{s}_hypernet' \
+        facts3_sentences@0,1,2                               # each seed from its own hypernet ({s}: '', _s1, _s2)
 
 A 135M model at batch 32 leaves an H200 mostly idle, so the arms run at once, each `python train.py
 +experiment=d2l_smollm2 hw=h200 hw.precision=bf16` with CE only (`algo.kl_coef=0`: no teacher to cache), then the
@@ -217,6 +219,16 @@ def parse_runs(specs: list[str], seeds: str) -> list[tuple[str, int]]:
     return runs
 
 
+def run_name(arm: str, seed: int) -> str:
+    """The name of a run, its log and its hypernet: `fact1` at seed 0, `fact1_s2` at seed 2."""
+    return arm if seed == 0 else f"{arm}_s{seed}"
+
+
+def init_for(init: Path, seed: int) -> Path:
+    """The hypernet a run at `seed` starts from: `init`, its `{s}` replaced by the run's suffix ('' or _s<seed>)."""
+    return Path(str(init).replace("{s}", run_name("", seed)))
+
+
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("arms", nargs="*", default=list(ARMS), help=f"ARM or ARM@SEED,SEED of {', '.join(ARMS)}")
@@ -240,7 +252,8 @@ def main(argv: list[str] | None = None) -> None:
         "--init",
         type=Path,
         help="a hypernet directory every run starts from (algo.init_hypernet), e.g. /tmp/d2l_scale/fact1_hypernet "
-        "that this machine's previous call trained, or one carried here",
+        "that this machine's previous call trained, or one carried here; {s} in it is each run's own suffix ('' for "
+        "seed 0, _s<N>), so that each seed continues its own: .gpu/facts3_sentences{s}_hypernet",
     )
     ap.add_argument("--cpu", action="store_true", help="hw=cpu: a dry run of the driver on a machine without a GPU")
     ap.add_argument("--tiny", action="store_true", help="a smoke run: a small random-init model (SMOKE)")
@@ -249,11 +262,13 @@ def main(argv: list[str] | None = None) -> None:
     unknown = [arm for arm, _ in runs if arm not in ARMS]
     if unknown:
         ap.error(f"unknown arm(s) {', '.join(unknown)} (have: {', '.join(ARMS)})")
-    if args.init:  # refused here, before the device starts any run (a cold machine lost /tmp)
+    inits = {run_name(arm, seed): init_for(args.init, seed) for arm, seed in runs} if args.init else {}
+    if inits:  # refused here, before the device starts any run (a cold machine lost /tmp)
         from posttrain.algos.d2l.model import WEIGHTS
 
-        if not (args.init / WEIGHTS).is_file():
-            ap.error(f"--init {args.init}: no {WEIGHTS} there")
+        missing = sorted({str(path) for path in inits.values() if not (path / WEIGHTS).is_file()})
+        if missing:
+            ap.error(f"--init {', '.join(missing)}: no {WEIGHTS} there")
     eval_tokens = [int(t) for t in args.eval_tokens.split(",") if t]
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -267,7 +282,7 @@ def main(argv: list[str] | None = None) -> None:
     jobs = {}
     with ThreadPoolExecutor(max_workers=len(runs) or 1) as pool:
         for arm, seed in runs:
-            name = arm if seed == 0 else f"{arm}_s{seed}"
+            name = run_name(arm, seed)
             if args.calibrate:
                 budget = f"trainer.max_time_s={args.calibrate_s}"
                 over = [*TINY, "trainer.max_steps=100000", budget, "algo.eval_at_end=false"]
@@ -280,7 +295,7 @@ def main(argv: list[str] | None = None) -> None:
                     *([f"trainer.stop_step={args.stop_step}"] if args.stop_step else []),
                 ]
             print(f"{name}: started ({' '.join(over)})", flush=True)
-            over += [f"seed={seed}", *device, *([f"algo.init_hypernet={args.init.resolve()}"] if args.init else [])]
+            over += [f"seed={seed}", *device, *([f"algo.init_hypernet={inits[name].resolve()}"] if inits else [])]
             lengths = eval_tokens if arm in SEVERAL_CHUNKS and not args.calibrate else []
             deadline = t0 + args.limit_s if args.limit_s else None
             job = pool.submit(arm_job, arm, name, over, lengths, out, t0, args.threads, args.eval_docs, deadline)

@@ -77,6 +77,26 @@ def test_init_starts_every_run_from_the_hypernet_and_a_missing_one_is_refused(gp
     assert all(f"algo.init_hypernet={tmp_path / 'h'}" in over for over in seen.values())
 
 
+def test_init_with_s_continues_each_seed_from_its_own_hypernet(gpu_scale, tmp_path, monkeypatch, capsys):
+    for name in ("h", "h_s1"):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / WEIGHTS).write_bytes(b"")
+    pattern = str(tmp_path / "h{s}")
+    with pytest.raises(SystemExit) as stop:
+        gpu_scale.main(["--cpu", "--tiny", "--init", pattern, "--out", str(tmp_path / "o"), "facts3@0,1,2"])
+    assert stop.value.code == 2 and f"--init {tmp_path / 'h_s2'}: no {WEIGHTS} there" in capsys.readouterr().err
+    assert not (tmp_path / "o").exists()
+    seen = {}
+    monkeypatch.setattr(gpu_scale, "arm_job", lambda arm, name, over, *rest: seen.update({name: over}) or {})
+    gpu_scale.main(["--cpu", "--tiny", "--init", pattern, "--out", str(tmp_path / "o"), "facts3@0,1", "fact1@1"])
+    inits = {name: [o for o in over if o.startswith("algo.init_hypernet=")] for name, over in seen.items()}
+    assert inits == {
+        "facts3": [f"algo.init_hypernet={tmp_path / 'h'}"],
+        "facts3_s1": [f"algo.init_hypernet={tmp_path / 'h_s1'}"],
+        "fact1_s1": [f"algo.init_hypernet={tmp_path / 'h_s1'}"],
+    }
+
+
 @pytest.fixture(scope="module")
 def gpu_bundle():
     return experiment_script(ROOT / "experiments" / "d2l_smollm2" / "gpu_bundle.py")
