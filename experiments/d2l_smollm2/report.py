@@ -12,7 +12,8 @@ questions about one document are not independent; `posttrain.analysis.stats.boot
 seeds is shown beside it. Differences are paired over the same questions. Writes <dir>/report.md and
 <dir>/accuracy_vs_length.png. `--rows [x2:]cd=<eval.json>` adds a condition's rows from a run on the same questions and
 documents (a baseline run once, elsewhere: context distillation on a CPU beside D2L's seeds on a GPU), to every set
-or to one; `--docs N` keeps the questions about the first N documents (where such a baseline ran on those only).
+or to one; `--docs N` keeps the questions about the first N documents (where such a baseline ran on those only),
+`--docs A:B` those about documents A to B-1 (documents added to a set later, alone); `--out` writes elsewhere.
 """
 
 from __future__ import annotations
@@ -176,13 +177,14 @@ def main_table(runs: dict[int, dict[str, Any]]) -> list[str]:
 PAIRED_HEADER = "| D2L minus | questions (documents) | accuracy [paired 95% CI] | F1 [paired 95% CI] |"
 
 
-def first_docs(sets: dict[str, dict[int, dict[str, Any]]], n: int) -> dict[str, dict[int, dict[str, Any]]]:
-    """Every run restricted to the questions about its first `n` documents (a baseline that ran on those only, e.g.
-    context distillation with `algo.baselines.cd_max_docs`, against the others on the same questions)."""
+def some_docs(sets: dict[str, dict[int, dict[str, Any]]], docs: slice) -> dict[str, dict[int, dict[str, Any]]]:
+    """Every run restricted to the questions about the `docs` slice of its documents, in their order: the first N (a
+    baseline that ran on those only, e.g. context distillation with `algo.baselines.cd_max_docs`, against the others
+    on the same questions), or documents added to a set later, alone."""
 
     def keep(run: dict[str, Any]) -> dict[str, Any]:
-        docs = list(dict.fromkeys(r["doc"] for r in run["eval"]["per_question"]))[:n]
-        return _only(run, lambda r: r["doc"] in docs)
+        kept = list(dict.fromkeys(r["doc"] for r in run["eval"]["per_question"]))[docs]
+        return _only(run, lambda r: r["doc"] in kept)
 
     return {name: {seed: keep(run) for seed, run in runs.items()} for name, runs in sets.items()}
 
@@ -409,26 +411,45 @@ def report(sets: dict[str, dict[int, dict[str, Any]]]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def doc_range(text: str) -> slice:
+    """`--docs`: "N" -> the first N documents, "A:B" -> documents A to B-1 (0-based, in each run's order)."""
+    start, _, stop = text.rpartition(":")
+    try:
+        docs = slice(int(start or 0), int(stop))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r}: N or A:B (documents A to B-1)") from None
+    if not 0 <= docs.start < docs.stop:
+        raise argparse.ArgumentTypeError(f"{text!r}: no documents (need 0 <= A < B)")
+    return docs
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--results", type=Path, default=HERE / "results" / "open_facts")
     parser.add_argument(
         "--rows", action="append", default=[], metavar="[SET:]COND[,COND]=EVAL_JSON", help="rows from another run"
     )
-    parser.add_argument("--docs", type=int, help="only the questions about each run's first DOCS documents")
+    parser.add_argument(
+        "--docs",
+        type=doc_range,
+        help="only the questions about each run's first N documents (N), or documents A to B-1 in its order (A:B)",
+    )
+    parser.add_argument("--out", type=Path, help="where report.md and the plot go (default: --results)")
     args = parser.parse_args(argv)
+    out = args.out or args.results
     sets = load_runs(args.results)
     if not sets:
         raise SystemExit(f"{args.results}: no s<seed>[_x<k>]/eval.json")
     for spec in args.rows:
         rows_option(sets, spec)
     if args.docs:
-        sets = first_docs(sets, args.docs)
+        sets = some_docs(sets, args.docs)
     text = report(sets)
-    (args.results / "report.md").write_text(text)
-    plot(sets, args.results / "accuracy_vs_length.png")
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "report.md").write_text(text)
+    plot(sets, out / "accuracy_vs_length.png")
     print(text)
-    print(f"written: {args.results / 'report.md'}, {args.results / 'accuracy_vs_length.png'}")
+    print(f"written: {out / 'report.md'}, {out / 'accuracy_vs_length.png'}")
 
 
 if __name__ == "__main__":

@@ -3,6 +3,7 @@ long-document evaluation of one), then report.py; its pooled numbers are the see
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import subprocess
@@ -225,8 +226,16 @@ def test_report_docs_keeps_the_questions_about_the_first_documents(tmp_path):
     ev = _eval(["q0", "q1", "q2", "q3"], "d2l", [1, 0, 0, 0])
     ev["per_question"][1]["doc"] = 0  # two questions about document 0, then documents 2 and 3
     (tmp_path / "s0" / "eval.json").write_text(json.dumps(ev))
-    sets = mod.first_docs(mod.load_runs(tmp_path), 1)
+    sets = mod.some_docs(mod.load_runs(tmp_path), mod.doc_range("1"))
     assert [r["question"] for r in sets["facts"][0]["eval"]["per_question"]] == ["q0", "q1"]
     assert mod.pooled(sets["facts"], "d2l", "correct")["mean"] == 0.5
     mod.main(["--results", str(tmp_path), "--docs", "2"])
     assert "| D2L (own document) | 3 (2) | 0.333 [" in (tmp_path / "report.md").read_text()
+    later = mod.some_docs(mod.load_runs(tmp_path), mod.doc_range("1:3"))  # the second and third documents alone
+    assert [r["question"] for r in later["facts"][0]["eval"]["per_question"]] == ["q2", "q3"]
+    mod.main(["--results", str(tmp_path), "--docs", "2:3", "--out", str(tmp_path / "last")])
+    assert "| D2L (own document) | 1 (1) | 0.000 [" in (tmp_path / "last" / "report.md").read_text()
+    assert "| 3 (2) |" in (tmp_path / "report.md").read_text()  # --out left the first report alone
+    for bad in ("3:1", "x", "1:"):
+        with pytest.raises(argparse.ArgumentTypeError):
+            mod.doc_range(bad)
