@@ -15,3 +15,5 @@ one x2_cd 1024 cd algo.baselines.cd_max_docs=48
 # 2026-11-28: the full document in context at 4x and 8x (10.5 and 25.5 minutes here; x4_full_48docs, x8_full_48docs)
 one x4_full 2048 in_context
 one x8_full 4096 in_context
+# 2026-11-28 (evening): context distillation at 4x (32 min here; x4_cd_48docs)
+one x4_cd 2048 cd algo.baselines.cd_max_docs=48
