@@ -219,8 +219,9 @@ def test_report_pairs_d2l_with_truncation_at_each_length_beyond_the_facts(tmp_pa
     assert "### Paired differences beyond the facts alone" in mod.report(sets)
 
 
-def test_report_docs_keeps_the_questions_about_the_first_documents(tmp_path):
-    """`--docs N`: every condition on the questions of the first N documents, where a baseline ran on those only."""
+def test_report_docs_keeps_the_questions_about_the_first_or_a_range_of_documents(tmp_path):
+    """`--docs N`: every condition on the questions of the first N documents, where a baseline ran on those only;
+    `--docs A:B` documents A to B-1 (documents added later, alone), with `--out` beside the first report."""
     mod = experiment_script(SCRIPT.parent / "report.py")
     (tmp_path / "s0").mkdir()
     ev = _eval(["q0", "q1", "q2", "q3"], "d2l", [1, 0, 0, 0])
