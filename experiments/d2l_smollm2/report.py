@@ -313,6 +313,37 @@ def length_table(sets: dict[str, dict[int, dict[str, Any]]]) -> list[str]:
     return lines
 
 
+def window_table(sets: dict[str, dict[int, dict[str, Any]]]) -> list[str]:
+    """Accuracy on the questions whose evidence lies inside the granted window and on those outside it, at each length
+    (eval.json's `in_window`): whether a reader reads past the window, where truncation scores 0 by construction."""
+    names = [s for s in sets if any(r.get("in_window") is False for r in _rows(sets[s])[0])]
+    if not names:
+        return []
+    sides = {(s, inside): _side(sets[s], inside) for s in names for inside in (True, False)}
+    lines = [
+        "| condition | "
+        + " | ".join(f"{s}: {side} ({_docs(sides[s, inside])} documents)" for s in names for inside, side in SIDES)
+        + " |",
+        "|---" * (2 * len(names) + 1) + "|",
+    ]
+    for cond in LENGTH_CONDITIONS:
+        cells = [cell(pooled(sides[s, inside], cond, "correct")) for s in names for inside, _ in SIDES]
+        if any(c != "-" for c in cells):
+            lines.append(f"| {LABELS[cond]} | " + " | ".join(cells) + " |")
+    return lines
+
+
+SIDES = ((True, "inside the window"), (False, "outside"))
+
+
+def _side(runs: dict[int, dict[str, Any]], inside: bool) -> dict[int, dict[str, Any]]:
+    return {seed: _only(run, lambda r: r.get("in_window") is inside) for seed, run in runs.items()}
+
+
+def _docs(runs: dict[int, dict[str, Any]]) -> int:
+    return len({r["doc"] for r in _rows(runs)[0]})
+
+
 def _mean_tokens(runs: dict[int, dict[str, Any]]) -> float:
     rows = _rows(runs)[0]
     return sum(r["doc_tokens"] for r in rows) / len(rows)
@@ -399,6 +430,9 @@ def report(sets: dict[str, dict[int, dict[str, Any]]]) -> str:
             "",
         ]
     lines += ["### Accuracy vs document length", "", *length_table(sets), ""]
+    sides = window_table(sets)
+    if sides:
+        lines += ["### Where the evidence lies: inside the granted window or beyond it", "", *sides, ""]
     beyond = long_paired_table(sets)
     if beyond:
         lines += [

@@ -219,6 +219,33 @@ def test_report_pairs_d2l_with_truncation_at_each_length_beyond_the_facts(tmp_pa
     assert "### Paired differences beyond the facts alone" in mod.report(sets)
 
 
+def test_report_splits_each_length_by_where_the_evidence_lies(tmp_path):
+    """Inside the granted window or beyond it (eval.json's `in_window`): truncation reads only the inside."""
+    mod = experiment_script(SCRIPT.parent / "report.py")
+    questions = ["q0", "q1", "q2", "q3"]
+    for name, correct in (("s0", [1, 1, 1, 0]), ("s0_x2", [1, 0, 1, 1]), ("s1_x2", [0, 0, 1, 0])):
+        ev = _eval(questions, "d2l", correct)
+        for row, inside in zip(ev["per_question"], (True, True, False, False), strict=True):
+            row["in_window"] = inside or name == "s0"  # the facts alone lie inside the window
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "eval.json").write_text(json.dumps(ev))
+    truncated = tmp_path / "truncated.json"
+    truncated.write_text(json.dumps(_eval(questions, "in_context_truncated", [1, 1, 0, 0])))
+    sets = mod.load_runs(tmp_path)
+    mod.rows_option(sets, f"x2:in_context_truncated={truncated}")
+    rows = mod.window_table(sets)
+    assert rows[0] == "| condition | x2: inside the window (2 documents) | x2: outside (2 documents) |"
+    truncation = next(r for r in rows if r.startswith("| in context (truncated"))
+    assert "| 1.000 [1.000, 1.000]" in truncation and truncation.endswith(
+        "| 0.000 [0.000, 0.000] (seeds 0.000, 0.000) |"
+    )
+    d2l = next(r for r in rows if r.startswith("| D2L (own document)"))
+    assert "| 0.250 [" in d2l and "(seeds 0.500, 0.000)" in d2l  # inside: seed 0 one of two, seed 1 none
+    assert "| 0.750 [" in d2l and "(seeds 1.000, 0.500)" in d2l  # outside: seed 0 both, seed 1 one of two
+    assert mod.window_table({"facts": sets["facts"]}) == []
+    assert "### Where the evidence lies" in mod.report(sets)
+
+
 def test_report_docs_keeps_the_questions_about_the_first_or_a_range_of_documents(tmp_path):
     """`--docs N`: every condition on the questions of the first N documents, where a baseline ran on those only;
     `--docs A:B` documents A to B-1 (documents added later, alone), with `--out` beside the first report."""
