@@ -297,14 +297,7 @@ def entity_table(runs: dict[int, dict[str, Any]]) -> list[str]:
 def length_table(sets: dict[str, dict[int, dict[str, Any]]]) -> list[str]:
     names = list(sets)
     tokens = {s: _mean_tokens(sets[s]) for s in names}
-    lines = [
-        "| condition | " + " | ".join(f"{s} ({tokens[s]:.0f} tokens)" for s in names) + " |",
-        "|---" * (len(names) + 1) + "|",
-    ]
-    for cond in LENGTH_CONDITIONS:
-        cells = [cell(pooled(sets[s], cond, "correct")) for s in names]
-        if any(c != "-" for c in cells):
-            lines.append(f"| {LABELS[cond]} | " + " | ".join(cells) + " |")
+    lines = _accuracy_table({f"{s} ({tokens[s]:.0f} tokens)": sets[s] for s in names})
     shares = []
     for s in names:
         flags = [r["in_window"] for r in _rows(sets[s])[0] if r.get("in_window") is not None]
@@ -313,27 +306,27 @@ def length_table(sets: dict[str, dict[int, dict[str, Any]]]) -> list[str]:
     return lines
 
 
-def window_table(sets: dict[str, dict[int, dict[str, Any]]]) -> list[str]:
-    """Accuracy on the questions whose evidence lies inside the granted window and on those outside it, at each length
-    (eval.json's `in_window`): whether a reader reads past the window, where truncation scores 0 by construction."""
-    names = [s for s in sets if any(r.get("in_window") is False for r in _rows(sets[s])[0])]
-    if not names:
-        return []
-    sides = {(s, inside): _side(sets[s], inside) for s in names for inside in (True, False)}
-    lines = [
-        "| condition | "
-        + " | ".join(f"{s}: {side} ({_docs(sides[s, inside])} documents)" for s in names for inside, side in SIDES)
-        + " |",
-        "|---" * (2 * len(names) + 1) + "|",
-    ]
+def _accuracy_table(columns: dict[str, dict[int, dict[str, Any]]]) -> list[str]:
+    """A row per condition of LENGTH_CONDITIONS that any column has: its pooled accuracy in each column."""
+    lines = ["| condition | " + " | ".join(columns) + " |", "|---" * (len(columns) + 1) + "|"]
     for cond in LENGTH_CONDITIONS:
-        cells = [cell(pooled(sides[s, inside], cond, "correct")) for s in names for inside, _ in SIDES]
+        cells = [cell(pooled(runs, cond, "correct")) for runs in columns.values()]
         if any(c != "-" for c in cells):
             lines.append(f"| {LABELS[cond]} | " + " | ".join(cells) + " |")
     return lines
 
 
 SIDES = ((True, "inside the window"), (False, "outside"))
+
+
+def window_table(sets: dict[str, dict[int, dict[str, Any]]]) -> list[str]:
+    """Accuracy on the questions whose evidence lies inside the granted window and on those outside it, at each length
+    (eval.json's `in_window`): whether a reader reads past the window, where truncation scores 0 by construction."""
+    names = [s for s in sets if any(r.get("in_window") is False for r in _rows(sets[s])[0])]
+    if not names:
+        return []
+    sides = {(s, label): _side(sets[s], inside) for s in names for inside, label in SIDES}
+    return _accuracy_table({f"{s}: {label} ({_docs(runs)} documents)": runs for (s, label), runs in sides.items()})
 
 
 def _side(runs: dict[int, dict[str, Any]], inside: bool) -> dict[int, dict[str, Any]]:
