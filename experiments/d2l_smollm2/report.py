@@ -14,6 +14,7 @@ seeds is shown beside it. Differences are paired over the same questions. Writes
 documents (a baseline run once, elsewhere: context distillation on a CPU beside D2L's seeds on a GPU), to every set
 or to one; `--docs N` keeps the questions about the first N documents (where such a baseline ran on those only),
 `--docs A:B` those about documents A to B-1 (documents added to a set later, alone); `--out` writes elsewhere.
+report.md's first line is the command that wrote it, with `--note` (where the runs came from) beside it.
 """
 
 from __future__ import annotations
@@ -21,7 +22,9 @@ from __future__ import annotations
 import argparse
 import json
 import re
+import shlex
 import statistics
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -450,6 +453,16 @@ def doc_range(text: str) -> slice:
     return docs
 
 
+def command_line(argv: list[str], note: str | None) -> str:
+    """report.md's first line: the command that wrote it (its `--note` given once, beside it), an HTML comment."""
+    args = list(argv)
+    if "--note" in args:
+        del args[args.index("--note") : args.index("--note") + 2]
+    args = [a for a in args if not a.startswith("--note=")]
+    line = shlex.join(["python", "experiments/d2l_smollm2/report.py", *args])
+    return f"<!-- {line}{f' ({note})' if note else ''} -->\n\n"
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--results", type=Path, default=HERE / "results" / "open_facts")
@@ -462,6 +475,7 @@ def main(argv: list[str] | None = None) -> None:
         help="only the questions about each run's first N documents (N), or documents A to B-1 in its order (A:B)",
     )
     parser.add_argument("--out", type=Path, help="where report.md and the plot go (default: --results)")
+    parser.add_argument("--note", help="where the runs came from, written beside the command atop report.md")
     args = parser.parse_args(argv)
     out = args.out or args.results
     sets = load_runs(args.results)
@@ -473,7 +487,7 @@ def main(argv: list[str] | None = None) -> None:
         sets = some_docs(sets, args.docs)
     text = report(sets)
     out.mkdir(parents=True, exist_ok=True)
-    (out / "report.md").write_text(text)
+    (out / "report.md").write_text(command_line(sys.argv[1:] if argv is None else argv, args.note) + text)
     plot(sets, out / "accuracy_vs_length.png")
     print(text)
     print(f"written: {out / 'report.md'}, {out / 'accuracy_vs_length.png'}")

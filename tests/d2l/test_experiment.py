@@ -246,9 +246,10 @@ def test_report_splits_each_length_by_where_the_evidence_lies(tmp_path):
     assert "### Where the evidence lies" in mod.report(sets)
 
 
-def test_report_docs_keeps_the_questions_about_the_first_or_a_range_of_documents(tmp_path):
+def test_report_docs_keeps_some_documents_and_report_md_starts_with_its_command(tmp_path):
     """`--docs N`: every condition on the questions of the first N documents, where a baseline ran on those only;
-    `--docs A:B` documents A to B-1 (documents added later, alone), with `--out` beside the first report."""
+    `--docs A:B` documents A to B-1 (documents added later, alone), with `--out` beside the first report; each
+    report.md starts with the command that wrote it and its `--note`."""
     mod = experiment_script(SCRIPT.parent / "report.py")
     (tmp_path / "s0").mkdir()
     ev = _eval(["q0", "q1", "q2", "q3"], "d2l", [1, 0, 0, 0])
@@ -261,8 +262,11 @@ def test_report_docs_keeps_the_questions_about_the_first_or_a_range_of_documents
     assert "| D2L (own document) | 3 (2) | 0.333 [" in (tmp_path / "report.md").read_text()
     later = mod.some_docs(mod.load_runs(tmp_path), mod.doc_range("1:3"))  # the second and third documents alone
     assert [r["question"] for r in later["facts"][0]["eval"]["per_question"]] == ["q2", "q3"]
-    mod.main(["--results", str(tmp_path), "--docs", "2:3", "--out", str(tmp_path / "last")])
-    assert "| D2L (own document) | 1 (1) | 0.000 [" in (tmp_path / "last" / "report.md").read_text()
+    mod.main(["--results", str(tmp_path), "--docs", "2:3", "--note", "from a GPU", "--out", str(tmp_path / "last")])
+    last = (tmp_path / "last" / "report.md").read_text()
+    assert "| D2L (own document) | 1 (1) | 0.000 [" in last
+    command = f"python experiments/d2l_smollm2/report.py --results {tmp_path} --docs 2:3 --out {tmp_path / 'last'}"
+    assert last.splitlines()[:2] == [f"<!-- {command} (from a GPU) -->", ""]  # the command that wrote it, and why
     assert "| 3 (2) |" in (tmp_path / "report.md").read_text()  # --out left the first report alone
     for bad in ("3:1", "x", "1:"):
         with pytest.raises(argparse.ArgumentTypeError):
