@@ -454,7 +454,7 @@ def doc_range(text: str) -> slice:
 
 
 def command_line(argv: list[str], note: str | None) -> str:
-    """report.md's first line: the command that wrote it (its `--note` given once, beside it), an HTML comment."""
+    """report.md's first line, an HTML comment: the command that wrote it, its `--note` moved to the end."""
     args = list(argv)
     if "--note" in args:
         del args[args.index("--note") : args.index("--note") + 2]
