@@ -453,13 +453,14 @@ def doc_range(text: str) -> slice:
     return docs
 
 
-def command_line(argv: list[str], note: str | None) -> str:
-    """report.md's first line, an HTML comment: the command that wrote it, its `--note` moved to the end."""
+def command_line(argv: list[str], note: str | None, script: str = "experiments/d2l_smollm2/report.py") -> str:
+    """report.md's first line, an HTML comment: the command (`script` with `argv`) that wrote it, its `--note` moved
+    to the end."""
     args = list(argv)
     if "--note" in args:
         del args[args.index("--note") : args.index("--note") + 2]
     args = [a for a in args if not a.startswith("--note=")]
-    line = shlex.join(["python", "experiments/d2l_smollm2/report.py", *args])
+    line = shlex.join(["python", script, *args])
     return f"<!-- {line}{f' ({note})' if note else ''} -->\n\n"
 
 

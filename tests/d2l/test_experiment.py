@@ -271,3 +271,32 @@ def test_report_docs_keeps_some_documents_and_report_md_starts_with_its_command(
     for bad in ("3:1", "x", "1:"):
         with pytest.raises(argparse.ArgumentTypeError):
             mod.doc_range(bad)
+
+
+def test_evidence_only_reads_each_answer_sentence_alone_and_pairs_it_with_the_whole_document():
+    """evidence_only.py: a question's document becomes the sentence that states its answer; the two readings are
+    paired question by question over the seeds, by kind of answer."""
+    from posttrain.data.d2l.facts import fact_qa
+
+    mod = experiment_script(SCRIPT.parent / "evidence_only.py")
+    records = fact_qa(2, seed=0, held_out=True, reply="sentence", num_facts=3, single_hop=3, two_hop=0)
+    cut = mod.sentence_records(records)
+    assert [r["document"] for r in cut] == [r["reply"] for r in records]
+    assert all(r["answer"] in r["document"] and "answer_start" not in r for r in cut)
+    assert len({r["document"] for r in cut}) == 6 and len({r["document"] for r in records}) == 2
+    with pytest.raises(ValueError, match="one-fact questions"):
+        mod.sentence_records(fact_qa(1, seed=0, held_out=True, reply="sentence", two_hop=1))
+    questions, kinds = ["q0", "q1", "q2", "q3"], ["papers", "papers", "mentor", "mentor"]
+    whole, sentence = {}, {}
+    for seed, (w, s) in enumerate((([1, 0, 0, 0], [1, 1, 0, 1]), ([0, 0, 0, 0], [1, 0, 0, 0]))):
+        whole[seed], sentence[seed] = _eval(questions, "d2l", w), _eval(questions, "d2l", s)
+        for row, kind in zip(whole[seed]["per_question"], kinds, strict=True):
+            row.update(kind=kind, doc=0 if kind == "papers" else 1)
+    lines = mod.table(mod.paired_runs(whole, sentence))
+    every, mentor, papers = (line.split(" | ") for line in lines[2:])
+    assert every[0] == "| all (4 in 2 documents)" and every[1].startswith("0.125 [") and every[2].startswith("0.500 [")
+    assert every[3].startswith("+0.375 [") and "(seeds +0.500, +0.250)" in every[3]
+    assert papers[0] == "| papers (2)" and papers[3].startswith("+0.500 [") and mentor[3].startswith("+0.250 [")
+    sentence[1]["per_question"][0]["question"] = "other"
+    with pytest.raises(ValueError, match="seed 1: the sentence run asked other questions"):
+        mod.paired_runs(whole, sentence)
