@@ -6,7 +6,7 @@ one-fact document), paired question by question:
         --config experiments/d2l_smollm2/results/gpu_2026-11-28_h200/facts3_sentences_cpu/s0/config.yaml \\
         --whole experiments/d2l_smollm2/results/gpu_2026-11-28_h200/facts3_sentences_cpu \\
         --hypernets .gpu/2026-11-28_facts3_sentences_hypernet,.gpu/2026-11-28_facts3_sentences_s1_hypernet,... \\
-        --out experiments/d2l_smollm2/results/probes/evidence_only_facts3
+        --out experiments/d2l_smollm2/results/probes/evidence_only/facts3_sentences_h200
 
 `--config`: a run's config.yaml, which fixes the data, model and reading (`--set key=value ...` overrides it);
 `--hypernets`: one per seed, in seed order. `--whole`: earlier `mode=eval` runs of the same questions,
