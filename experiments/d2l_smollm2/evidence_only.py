@@ -89,6 +89,7 @@ def paired_runs(whole: dict[int, dict[str, Any]], sentence: dict[int, dict[str, 
 
 
 def table(runs: dict[int, dict[str, Any]]) -> list[str]:
+    """The paired table: every question, then each kind of answer."""
     kinds = sorted({r["kind"] for r in runs[min(runs)]["eval"]["per_question"]})
     lines = [
         "| questions | D2L reads the whole document | D2L reads the answer's sentence alone "
@@ -100,10 +101,11 @@ def table(runs: dict[int, dict[str, Any]]) -> list[str]:
             s: {"eval": {"per_question": [r for r in run["eval"]["per_question"] if kind in (None, r["kind"])]}}
             for s, run in runs.items()
         }
-        n = pooled(sub, WHOLE, "correct")
-        label = f"all ({n['n']} in {n['docs']} documents)" if kind is None and n else f"{kind} ({n and n['n']})"
+        rows = sub[min(sub)]["eval"]["per_question"]
+        docs = len({r["doc"] for r in rows})
+        label = f"all ({len(rows)} in {docs} documents)" if kind is None else f"{kind} ({len(rows)})"
         lines.append(
-            f"| {label} | {cell(n)} | {cell(pooled(sub, SENTENCE, 'correct'))} "
+            f"| {label} | {cell(pooled(sub, WHOLE, 'correct'))} | {cell(pooled(sub, SENTENCE, 'correct'))} "
             f"| {cell(pooled(sub, SENTENCE, 'correct', minus=WHOLE), signed=True)} "
             f"| {cell(pooled(sub, WHOLE, 'nll'))} | {cell(pooled(sub, SENTENCE, 'nll'))} |"
         )
