@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
 # bash experiments/d2l_smollm2/results/cpu_2026-11-28_facts3_from_fact1_chunks/run.sh   (2026-11-28, CPU, ~1.5 hours)
+# STAGES="3" bash <this file>   (2026-11-29, CPU, ~1.7 hours: the third stage alone, from the kept 800-step hypernets)
 # Several-fact documents from hypernets that write one fact: each seed's H200 fact1_chunks hypernet (this checkout's
 # ignored .gpu/2026-11-28_fact1_chunks{,_s1,_s2}_hypernet; on a 3-fact document's answer sentence alone it scores
 # 0.407, the curriculum's stage-2 hypernets 0.069: results/probes/evidence_only) trained 500 steps of batch 8 on
@@ -7,7 +8,8 @@
 # ~1.9 s per step) -> s<seed>/; then each from its own 300 steps more (a fresh cosine from lr 1e-3, 8,000 documents,
 # the first 4,000 the same) -> more_steps/s<seed>/. Evaluated on the 48 held-out 3-fact documents after each; in
 # context and context distillation read no hypernet: their rows are results/probes/cd_three_facts_48docs's, paired
-# by report.py.
+# by report.py. Third stage (2026-11-29): each seed's 800-step hypernet 1,000 steps more (a fresh cosine from lr 1e-3, 16,000
+# documents, the first 8,000 the same: mostly documents it has not seen; a checkpoint every 250 steps) -> longer/s<seed>/.
 set -eu
 cd "$(git rev-parse --show-toplevel)"
 HERE=experiments/d2l_smollm2/results/cpu_2026-11-28_facts3_from_fact1_chunks
@@ -15,6 +17,7 @@ OUT=${OUT:-/tmp/f3c}
 ARM="+experiment=d2l_smollm2 algo.kl_coef=0 algo.monitor_steps=0 ++data.params.num_facts=3 ++data.params.single_hop=3
   ++data.params.two_hop=0 data.params.train_doc_tokens=0 data.num_eval=48 algo.encoder.chunking=sentences
   algo.encoder.max_doc_length=128 trainer.logging_steps=10 trainer.progress_bar=false"
+STAGES=${STAGES:-1 2 3}
 mkdir -p "$OUT"
 
 stage() {  # stage <run prefix> <results folder> <steps> <documents> <init of seed s, with {s}> <note>
@@ -23,7 +26,7 @@ stage() {  # stage <run prefix> <results folder> <steps> <documents> <init of se
         local suf; suf=$([ "$s" = 0 ] && echo "" || echo "_s$s")
         OMP_NUM_THREADS=2 /usr/bin/time -v -o "$OUT/time_${prefix}s$s.txt" python train.py $ARM seed=$s \
             trainer.max_steps="$steps" data.num_train="$docs" algo.init_hypernet="${init//\{s\}/$suf}" \
-            "algo.eval_conditions=[d2l,d2l_other_doc]" hydra.run.dir="$OUT/${prefix}s$s"
+            "algo.eval_conditions=[d2l,d2l_other_doc]" ${EXTRA:-} hydra.run.dir="$OUT/${prefix}s$s"
         mkdir -p "$here/s$s" && cp "$OUT/${prefix}s$s"/{config.yaml,eval.json,summary.json,metrics.jsonl} "$here/s$s/"
         cp "$OUT/time_${prefix}s$s.txt" "$here/s$s/time_v.txt"
     done
@@ -31,11 +34,26 @@ stage() {  # stage <run prefix> <results folder> <steps> <documents> <init of se
         --rows in_context,cd=experiments/d2l_smollm2/results/probes/cd_three_facts_48docs/eval.json --note "$note"
 }
 
-stage "" "$HERE" 500 4000 "$PWD/.gpu/2026-11-28_fact1_chunks{s}_hypernet" \
-    "D2L: 500 CPU steps on 3-fact documents from the H200's fact1_chunks hypernets; run.sh beside it"
-for s in 0 1 2; do  # stage 2 reads each seed's own stage-1 hypernet by seed number
-    suf=$([ "$s" = 0 ] && echo "" || echo "_s$s")
-    ln -sfn "$OUT/s$s/checkpoints/checkpoint-500" "$OUT/stage1${suf}_hypernet"
-done
-stage more_ "$HERE/more_steps" 300 8000 "$OUT/stage1{s}_hypernet" \
-    "D2L: 500 + 300 CPU steps on 3-fact documents from the H200's fact1_chunks hypernets; ../run.sh"
+has() { case " $STAGES " in *" $1 "*) return 0 ;; *) return 1 ;; esac; }
+link() {  # link <run prefix> <checkpoint step> <link prefix>: each seed's next stage reads its own hypernet
+    local s suf
+    for s in 0 1 2; do
+        suf=$([ "$s" = 0 ] && echo "" || echo "_s$s")
+        ln -sfn "$OUT/$1s$s/checkpoints/checkpoint-$2" "$OUT/$3${suf}_hypernet"
+    done
+}
+
+if has 1; then
+    stage "" "$HERE" 500 4000 "$PWD/.gpu/2026-11-28_fact1_chunks{s}_hypernet" \
+        "D2L: 500 CPU steps on 3-fact documents from the H200's fact1_chunks hypernets; run.sh beside it"
+fi
+if has 2; then
+    link "" 500 stage1
+    stage more_ "$HERE/more_steps" 300 8000 "$OUT/stage1{s}_hypernet" \
+        "D2L: 500 + 300 CPU steps on 3-fact documents from the H200's fact1_chunks hypernets; ../run.sh"
+fi
+if has 3; then
+    link more_ 300 stage2
+    EXTRA=trainer.save_steps=250 stage longer_ "$HERE/longer" 1000 16000 "$OUT/stage2{s}_hypernet" \
+        "D2L: 500 + 300 + 1,000 CPU steps on 3-fact documents from the H200's fact1_chunks hypernets; ../run.sh"
+fi
