@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # bash experiments/d2l_smollm2/results/cpu_2026-11-28_facts3_from_fact1_chunks/run.sh   (2026-11-28, CPU, ~1.5 hours)
 # STAGES="3" bash <this file>   (2026-11-29, CPU, ~1.7 hours: the third stage alone, from the kept 800-step hypernets)
+# STAGES="4" bash <this file>   (2026-11-29, CPU, ~35 min: the fourth stage alone, from the third's hypernets)
 # Several-fact documents from hypernets that write one fact: each seed's H200 fact1_chunks hypernet (this checkout's
 # ignored .gpu/2026-11-28_fact1_chunks{,_s1,_s2}_hypernet; on a 3-fact document's answer sentence alone it scores
 # 0.407, the curriculum's stage-2 hypernets 0.069: results/probes/evidence_only) trained 500 steps of batch 8 on
@@ -9,7 +10,8 @@
 # the first 4,000 the same) -> more_steps/s<seed>/. Evaluated on the 48 held-out 3-fact documents after each; in
 # context and context distillation read no hypernet: their rows are results/probes/cd_three_facts_48docs's, paired
 # by report.py. Third stage (2026-11-29): each seed's 800-step hypernet 1,000 steps more (a fresh cosine from lr 1e-3, 16,000
-# documents, the first 8,000 the same: mostly documents it has not seen; a checkpoint every 250 steps) -> longer/s<seed>/.
+# documents, the first 8,000 the same: mostly documents it has not seen; a checkpoint every 250 steps) -> longer/s<seed>/. Fourth: 250 steps more from
+# each seed's third-stage hypernet, the same 16,000 documents -> longer/more/s<seed>/.
 set -eu
 cd "$(git rev-parse --show-toplevel)"
 HERE=experiments/d2l_smollm2/results/cpu_2026-11-28_facts3_from_fact1_chunks
@@ -56,4 +58,9 @@ if has 3; then
     link more_ 300 stage2
     EXTRA=trainer.save_steps=250 stage longer_ "$HERE/longer" 1000 16000 "$OUT/stage2{s}_hypernet" \
         "D2L: 500 + 300 + 1,000 CPU steps on 3-fact documents from the H200's fact1_chunks hypernets; ../run.sh"
+fi
+if has 4; then
+    link longer_ 1000 stage3
+    stage longer_more_ "$HERE/longer/more" 250 16000 "$OUT/stage3{s}_hypernet" \
+        "D2L: 500 + 300 + 1,000 + 250 CPU steps on 3-fact documents from the H200's fact1_chunks hypernets; ../../run.sh"
 fi
