@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# bash experiments/d2l_smollm2/results/cpu_2026-11-28_facts3_from_fact1_chunks/run.sh   (2026-11-28, CPU, ~1.5 hours)
-# STAGES="3" bash <this file>   (2026-11-29, CPU, ~1.7 hours: the third stage alone, from the kept 800-step hypernets)
-# STAGES="4" bash <this file>   (2026-11-29, CPU, ~35 min: the fourth stage alone, from the third's hypernets)
+# bash experiments/d2l_smollm2/results/cpu_2026-11-28_facts3_from_fact1_chunks/run.sh   (CPU, ~3.2 hours: stages 1-3)
+# STAGES="1 2" ran 2026-11-28 (~1.5 hours); STAGES=3 2026-11-29 (~1.7 hours: from stage 2's hypernets, which this
+# checkout keeps in .gpu/2026-11-28_facts3_from_fact1_chunks{,_s1,_s2}_hypernet); STAGES=4 2026-11-29 (~21 min: a
+# probe that lost ground, not in the default).
 # Several-fact documents from hypernets that write one fact: each seed's H200 fact1_chunks hypernet (this checkout's
 # ignored .gpu/2026-11-28_fact1_chunks{,_s1,_s2}_hypernet; on a 3-fact document's answer sentence alone it scores
 # 0.407, the curriculum's stage-2 hypernets 0.069: results/probes/evidence_only) trained 500 steps of batch 8 on
