@@ -76,6 +76,16 @@ ARMS: dict[str, list[str]] = {
         *ONE_CHUNK,
         *SENTENCES,
     ],
+    # the same documents after the first 16,000 of the stream, which the CPU's 1,800-step 3-fact hypernets read
+    # (--init .gpu/2026-11-29_facts3_longer{s}_hypernet): 30,000 unseen documents, 90,000 questions
+    "facts3_sentences_unseen": [
+        "data.num_train=30000",
+        "++data.params.train_skip=16000",
+        "++data.params.num_facts=3",
+        "++data.params.single_hop=3",
+        *ONE_CHUNK,
+        *SENTENCES,
+    ],
     # the curriculum's third stage (--init of a facts3_sentences hypernet): the preset's 9-fact documents and bridge
     # questions, without filler, one sentence per chunk
     "facts9_sentences": ["data.num_train=8000", "data.params.train_doc_tokens=0", *SENTENCES],

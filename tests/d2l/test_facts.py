@@ -87,6 +87,16 @@ def test_long_documents_hit_their_length_with_the_same_questions(tokenizer, mult
         fact_qa(2, held_out=True, eval_doc_tokens=128)
 
 
+def test_train_skip_continues_the_stream_and_leaves_held_out_documents(tokenizer):
+    """A continued run reads the documents after the first `train_skip`: the same ones a longer run would have read."""
+    kw = {"num_facts": 3, "train_doc_tokens": 256, "tokenizer": tokenizer}
+    whole = fact_documents(7, seed=0, **kw)
+    assert fact_documents(3, seed=0, train_skip=4, **kw) == whole[4:]
+    assert fact_documents(3, seed=0, held_out=True, train_skip=4) == fact_documents(3, seed=0, held_out=True)
+    with pytest.raises(ValueError, match="train_skip=-1"):
+        fact_documents(2, train_skip=-1)
+
+
 def test_squad_export_reads_back_through_the_squad_loader(tmp_path):
     docs = fact_documents(5, seed=2, held_out=True)
     path = tmp_path / "facts.json"
@@ -120,6 +130,7 @@ def test_facts_through_the_data_config(compose, tokenizer):
         (["+data.params.single_hop=0", "+data.params.two_hop=0"], "at least 1"),
         (["+data.params.reply=essay"], "data.params.reply"),
         (["+data.params.colour=red"], "data.params.colour"),
+        (["+data.params.train_skip=-5"], "data.params.train_skip=-5"),
         (["+data.params.eval_doc_tokens=2048"], "exceeds what D2L reads"),  # 256 x 4 by default
         (["algo.context_window=1024"], "exceeds the model's 512 positions"),
         (["algo.eval_conditions=[d2l,telepathy]"], "telepathy"),

@@ -12,7 +12,9 @@
 # context and context distillation read no hypernet: their rows are results/probes/cd_three_facts_48docs's, paired
 # by report.py. Third stage (2026-11-29): each seed's 800-step hypernet 1,000 steps more (a fresh cosine from lr 1e-3, 16,000
 # documents, the first 8,000 the same: mostly documents it has not seen; a checkpoint every 250 steps) -> longer/s<seed>/. Fourth: 250 steps more from
-# each seed's third-stage hypernet, the same 16,000 documents -> longer/more/s<seed>/.
+# each seed's third-stage hypernet, the same 16,000 documents -> longer/more/s<seed>/. Fifth (2026-11-29, STAGES=5,
+# ~1.8 hours): each seed's third-stage hypernet (kept in .gpu/2026-11-29_facts3_longer{,_s1,_s2}_hypernet) 1,000 steps
+# more on 16,000 documents it has not read (data.params.train_skip=16000) -> longer/unseen/s<seed>/.
 set -eu
 cd "$(git rev-parse --show-toplevel)"
 HERE=experiments/d2l_smollm2/results/cpu_2026-11-28_facts3_from_fact1_chunks
@@ -64,4 +66,9 @@ if has 4; then
     link longer_ 1000 stage3
     stage longer_more_ "$HERE/longer/more" 250 16000 "$OUT/stage3{s}_hypernet" \
         "D2L: 500 + 300 + 1,000 + 250 CPU steps on 3-fact documents from the H200's fact1_chunks hypernets; ../../run.sh"
+fi
+if has 5; then
+    EXTRA="++data.params.train_skip=16000 trainer.save_steps=250" stage unseen_ "$HERE/longer/unseen" 1000 16000 \
+        "$PWD/.gpu/2026-11-29_facts3_longer{s}_hypernet" \
+        "D2L: 500 + 300 + 1,000 CPU steps, then 1,000 on unseen 3-fact documents, from the H200's fact1_chunks hypernets; ../../run.sh"
 fi

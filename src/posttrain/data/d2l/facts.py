@@ -114,7 +114,7 @@ BRIDGES: tuple[Bridge, ...] = (
            "person", "founded"),
 )  # fmt: skip
 FACT_KINDS = {f.kind: f for f in FACTS}
-PARAMS = ("num_facts", "single_hop", "two_hop", "reply", "train_doc_tokens", "eval_doc_tokens")
+PARAMS = ("num_facts", "single_hop", "two_hop", "reply", "train_doc_tokens", "eval_doc_tokens", "train_skip")
 
 
 def held_out_name(name: str) -> bool:
@@ -195,16 +195,19 @@ def fact_documents(
     two_hop: int = 1,
     train_doc_tokens: int = 0,
     eval_doc_tokens: int = 0,
+    train_skip: int = 0,
     tokenizer: Any = None,
 ) -> list[dict[str, Any]]:
     """`num_docs` documents `{entity, document, facts, qas, probes, sentences}`; each states `num_facts` facts (in
     FACTS order) and has `single_hop` one-fact and up to `two_hop` two-fact questions, each with its `answer`,
     `answer_start` (a span of the document), `evidence_end` (where its last needed sentence ends) and `reply`
     sentence. Held-out documents are padded with filler to `eval_doc_tokens` tokens, training documents to a length
-    drawn uniformly up to `train_doc_tokens` (0: the facts alone)."""
+    drawn uniformly up to `train_doc_tokens` (0: the facts alone). Training documents start at `train_skip` of the
+    seed's stream: a run that continues a hypernet trained on the first `train_skip` reads documents it has not seen
+    (the held-out documents do not move)."""
     problems = facts_problems(
         {"num_facts": num_facts, "single_hop": single_hop, "two_hop": two_hop,
-         "train_doc_tokens": train_doc_tokens, "eval_doc_tokens": eval_doc_tokens}
+         "train_doc_tokens": train_doc_tokens, "eval_doc_tokens": eval_doc_tokens, "train_skip": train_skip}
     )  # fmt: skip
     if problems:
         raise ValueError(problems[0])
@@ -213,12 +216,15 @@ def fact_documents(
         raise ValueError("documents padded to a length in tokens need the tokenizer (d2l_records(cfg, tokenizer))")
     split = "heldout" if held_out else "train"
     rng = random.Random(f"d2l-facts-{seed}-{split}")
+    skip = 0 if held_out else train_skip
     docs = []
-    for i in range(num_docs):
+    for i in range(skip + num_docs):
         values = draw_entity(rng, held_out)
         chosen = set(rng.sample(range(len(FACTS)), num_facts))
         facts = [f for i_, f in enumerate(FACTS) if i_ in chosen]
         qas = _questions(rng, values, facts, single_hop, two_hop)
+        if i < skip:  # drawn only to advance the stream
+            continue
         sentences = [f.sentence.format(**values) for f in facts]
         if target:  # its own stream: the entity and questions above do not depend on the length
             hay = random.Random(f"d2l-facts-{seed}-{split}-{i}-filler")
@@ -275,7 +281,8 @@ def facts_problems(params: Any) -> list[str]:
     unknown = sorted(set(params) - set(PARAMS))
     if unknown:
         return [f"data.params.{unknown[0]} is not a d2l_facts parameter (known: {', '.join(PARAMS)})"]
-    p = {"num_facts": len(FACTS), "single_hop": 3, "two_hop": 1, "train_doc_tokens": 0, "eval_doc_tokens": 0}
+    p = {"num_facts": len(FACTS), "single_hop": 3, "two_hop": 1, "train_doc_tokens": 0, "eval_doc_tokens": 0,
+         "train_skip": 0}  # fmt: skip
     p.update({k: v for k, v in dict(params).items() if k != "reply"})
     bad = [k for k, v in p.items() if not isinstance(v, int) or isinstance(v, bool)]
     if bad:
@@ -292,6 +299,8 @@ def facts_problems(params: Any) -> list[str]:
     for key in ("train_doc_tokens", "eval_doc_tokens"):
         if p[key] < 0:
             out.append(f"data.params.{key}={p[key]} must be >= 0 (0: the facts alone)")
+    if p["train_skip"] < 0:
+        out.append(f"data.params.train_skip={p['train_skip']} must be >= 0 (documents of the stream to pass over)")
     if params.get("reply", "answer") not in ("answer", "sentence"):
         out.append(f"data.params.reply={params.get('reply')!r} must be answer or sentence")
     return out
