@@ -14,7 +14,9 @@
 # documents, the first 8,000 the same: mostly documents it has not seen; a checkpoint every 250 steps) -> longer/s<seed>/. Fourth: 250 steps more from
 # each seed's third-stage hypernet, the same 16,000 documents -> longer/more/s<seed>/. Fifth (2026-11-29, STAGES=5,
 # ~1.8 hours): each seed's third-stage hypernet (kept in .gpu/2026-11-29_facts3_longer{,_s1,_s2}_hypernet) 1,000 steps
-# more on 16,000 documents it has not read (data.params.train_skip=16000) -> longer/unseen/s<seed>/.
+# more on 16,000 documents it has not read (data.params.train_skip=16000) -> longer/unseen/s<seed>/. Sixth (STAGES=6,
+# ~1.1 hours): 1,000 steps more from each fifth-stage hypernet, on the next 16,000 (train_skip=32000) ->
+# longer/unseen/more/s<seed>/.
 set -eu
 cd "$(git rev-parse --show-toplevel)"
 HERE=experiments/d2l_smollm2/results/cpu_2026-11-28_facts3_from_fact1_chunks
@@ -71,4 +73,10 @@ if has 5; then
     EXTRA="++data.params.train_skip=16000 trainer.save_steps=250" stage unseen_ "$HERE/longer/unseen" 1000 16000 \
         "$PWD/.gpu/2026-11-29_facts3_longer{s}_hypernet" \
         "D2L: 500 + 300 + 1,000 CPU steps, then 1,000 on unseen 3-fact documents, from the H200's fact1_chunks hypernets; ../../run.sh"
+fi
+if has 6; then
+    link unseen_ 1000 stage5
+    EXTRA="++data.params.train_skip=32000 trainer.save_steps=250" stage unseen_more_ "$HERE/longer/unseen/more" 1000 \
+        16000 "$OUT/stage5{s}_hypernet" \
+        "D2L: 500 + 300 + 1,000 CPU steps, then 2 x 1,000 on unseen 3-fact documents, from the H200's fact1_chunks hypernets; ../../../run.sh"
 fi
