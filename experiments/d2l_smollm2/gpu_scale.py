@@ -76,11 +76,11 @@ ARMS: dict[str, list[str]] = {
         *ONE_CHUNK,
         *SENTENCES,
     ],
-    # the same documents after the first 32,000 of the stream: none that the CPU's 3-fact hypernets read (1,800
-    # steps: the first 16,000; 1,000 more: the next 16,000); 30,000 documents, 90,000 questions
+    # the same documents after the first 48,000 of the stream: none that the CPU's 3-fact hypernets read (1,800
+    # steps: the first 16,000; 1,000 + 1,000 more: the next 16,000 each); 30,000 documents, 90,000 questions
     "facts3_sentences_unseen": [
         "data.num_train=30000",
-        "++data.params.train_skip=32000",
+        "++data.params.train_skip=48000",
         "++data.params.num_facts=3",
         "++data.params.single_hop=3",
         *ONE_CHUNK,
