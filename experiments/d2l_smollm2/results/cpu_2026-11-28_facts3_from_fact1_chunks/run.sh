@@ -13,9 +13,9 @@
 # by report.py. Third stage (2026-11-29): each seed's 800-step hypernet 1,000 steps more (a fresh cosine from lr 1e-3, 16,000
 # documents, the first 8,000 the same: mostly documents it has not seen; a checkpoint every 250 steps) -> longer/s<seed>/. Fourth: 250 steps more from
 # each seed's third-stage hypernet, the same 16,000 documents -> longer/more/s<seed>/. Fifth (2026-11-29, STAGES=5,
-# ~1.8 hours): each seed's third-stage hypernet (kept in .gpu/2026-11-29_facts3_longer{,_s1,_s2}_hypernet) 1,000 steps
-# more on 16,000 documents it has not read (data.params.train_skip=16000) -> longer/unseen/s<seed>/. Sixth (STAGES=6,
-# ~1.1 hours): 1,000 steps more from each fifth-stage hypernet, on the next 16,000 (train_skip=32000) ->
+# ~1.2 hours): each seed's third-stage hypernet (kept in .gpu/2026-11-29_facts3_longer{,_s1,_s2}_hypernet) 1,000 steps
+# more on 16,000 documents it has not read (data.params.train_skip=16000) -> longer/unseen/s<seed>/. Sixth (2026-11-29, STAGES=6,
+# ~1.2 hours): 1,000 steps more from each fifth-stage hypernet, on the next 16,000 (train_skip=32000) ->
 # longer/unseen/more/s<seed>/.
 set -eu
 cd "$(git rev-parse --show-toplevel)"
