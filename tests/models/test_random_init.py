@@ -10,6 +10,8 @@ from transformers import AutoModelForCausalLM, GptOssForCausalLM, LlamaForCausal
 from posttrain.hardware import apply_profile, plan
 from posttrain.models import hf_config, load
 from posttrain.models import random_init as random_init_mod
+from posttrain.models.mxfp4 import codec
+from posttrain.models.mxfp4.experts import expert_bytes
 from posttrain.models.random_init import EAGER_MAX_PARAMS, num_params, random_init_model
 
 # gpt-oss-20b's layer at depth 2 with 4 of its 32 experts and a short vocabulary: every parameter kind of the real
@@ -24,12 +26,14 @@ GPT_OSS_2_LAYERS = (
 )
 
 
-def _check_init_statistics(model: torch.nn.Module, std: float) -> dict[str, int]:
+def _check_init_statistics(model: torch.nn.Module, std: float, expert_std: float | None = None) -> dict[str, int]:
     """Every parameter as transformers initialises it: norms 1, biases 0, everything else N(0, std) (checked on an
-    evenly strided sample of at most 2**18 entries: a tensor is initialised whole or not at all). Uninitialised
-    memory left by `to_empty` fails here. Returns how many tensors of each kind it checked."""
+    evenly strided sample of at most 2**18 entries: a tensor is initialised whole or not at all); expert weights
+    with `expert_std` when given (MXFP4 draws). Uninitialised memory left by `to_empty` fails here. Returns how many
+    tensors of each kind it checked."""
     kinds = {"norm": 0, "zero": 0, "normal": 0}
     for name, p in model.named_parameters():
+        want = expert_std if expert_std and name.endswith(("experts.gate_up_proj", "experts.down_proj")) else std
         flat = p.detach().reshape(-1)
         x = flat[:: max(1, flat.numel() // 2**18)].float()
         if name.endswith("norm.weight"):
@@ -39,10 +43,10 @@ def _check_init_statistics(model: torch.nn.Module, std: float) -> dict[str, int]
             assert torch.all(x == 0), name
             kinds["zero"] += 1
         else:
-            assert torch.isfinite(x).all() and x.abs().max() < 8 * std, name
+            assert torch.isfinite(x).all() and x.abs().max() < 8 * want, name
             if x.numel() >= 10_000:  # sample std within 2% of the init std, mean within 5 standard errors of 0
-                assert abs(x.std().item() / std - 1) < 0.02, name
-                assert abs(x.mean().item()) < 5 * std / x.numel() ** 0.5, name
+                assert abs(x.std().item() / want - 1) < 0.02, name
+                assert abs(x.mean().item()) < 5 * want / x.numel() ** 0.5, name
             else:  # a sink per head, a router bias per expert: a few draws
                 assert 0 < x.std().item() < 3 * std, name
             kinds["normal"] += 1
@@ -103,11 +107,33 @@ def test_gpt_oss_arch_experts_sinks_and_router_initialised():
     names = {n for n, _ in model.named_parameters()}
     for part in ("experts.gate_up_proj", "experts.down_proj", "self_attn.sinks", "router.weight", "router.bias"):
         assert any(part in n for n in names), part
-    kinds = _check_init_statistics(model, std=0.02)  # GptOssConfig's initializer_range
+    # GptOssConfig's initializer_range; the experts are MXFP4 draws (model=gpt_oss is an MXFP4 checkpoint)
+    # dequantized: uniform e2m1 codes at the power-of-two scale nearest to it
+    expert_std = codec.E2M1_UNIFORM_RMS * 2.0 ** (codec.scale_for_std(0.02) - codec.SCALE_BIAS)
+    kinds = _check_init_statistics(model, std=0.02, expert_std=expert_std)
     # per layer: q/k/v/o and expert biases zero (6); sinks, router w+b, q/k/v/o, expert weights normal (9)
     assert kinds == {"norm": 2 * 2 + 1, "zero": 6 * 2, "normal": 2 + 9 * 2}
     expected = type(model.model.rotary_emb)(config=model.config).inv_freq
     torch.testing.assert_close(model.model.rotary_emb.inv_freq, expected, rtol=0, atol=0)
+
+
+def test_gpt_oss_arch_native_experts_are_drawn_as_mxfp4_blocks():
+    """`model.mxfp4=native`: the experts are uint8 blocks and scales from the start (no bf16 expert weights are
+    ever allocated), their values those of the dequantize mode's build of the same seed."""
+    from posttrain.config.compose import load_config
+
+    model, _ = load(load_config([*GPT_OSS_2_LAYERS, "model.mxfp4=native", "model.init_eos_prob=null"]), False)
+    dense, _ = load(load_config([*GPT_OSS_2_LAYERS, "model.init_eos_prob=null"]), with_lora=False)
+    for layer, dense_layer in zip(model.model.layers, dense.model.layers):
+        experts = layer.mlp.experts
+        assert (
+            experts.gate_up_proj_blocks.shape == (4, 5760, 90, 16) and experts.gate_up_proj_blocks.dtype == torch.uint8
+        )
+        assert not hasattr(experts, "gate_up_proj")
+        decoded = codec.dequantize(experts.down_proj_blocks[1], experts.down_proj_scales[1])
+        assert torch.equal(decoded.t(), dense_layer.mlp.experts.down_proj[1])
+    bytes_ = expert_bytes(model)
+    assert bytes_["experts"] == 2 * 4 * 3 * 2880 * 2880 * codec.BYTES_PER_VALUE  # 0.53 bytes per expert weight
 
 
 def test_meta_build_is_deterministic_per_seed(compose, monkeypatch):

@@ -79,7 +79,12 @@ class ModelConfig:
     arch: dict[str, Any] = free({}, "transformers config kwargs, checked by the family's config class")
     dtype: str = "auto"  # auto (from hw.precision) | float32 | bfloat16
     attn_implementation: str | None = None  # null: chosen per family (eager for gpt_oss, sdpa otherwise)
-    quantization: str | None = None  # mxfp4 (dequantized to bf16 for training) | bnb4 | null
+    quantization: str | None = None  # mxfp4 (GPT-OSS's MXFP4 experts, held as `mxfp4` says) | bnb4 | null
+    # how MXFP4 experts are held (model.quantization=mxfp4): dequantize (bf16 parameters, transformers'
+    # Mxfp4Config(dequantize=True); expert LoRA possible) | native (the checkpoint's blocks and scales, frozen, each
+    # routed expert dequantized on the fly in forward and backward: 12.8 GiB for gpt-oss-20b instead of 39;
+    # posttrain.models.mxfp4). With model.tiny the random experts are drawn in MXFP4 either way.
+    mxfp4: str = "dequantize"
     # a file in chat_templates/ (or a path of its own)
     chat_template: str = local_path(MISSING, kind="file", under=CHAT_TEMPLATE_DIR, noun="chat template")
     gradient_checkpointing: bool = False

@@ -18,6 +18,7 @@ _CHOICES = {
     "mode": ("train", "plan", "eval"),
     "model.family": ("llama", "gpt_oss"),
     "model.dtype": ("auto", "float32", "bfloat16", "float16"),
+    "model.mxfp4": ("dequantize", "native"),
     "hw.precision": ("fp32", "bf16", "fp16", "auto"),
     "kernels.backend": KERNEL_CHOICES,
     "logger.name": ("jsonl", "wandb"),
@@ -56,6 +57,24 @@ def _check_hf_names(cfg: DictConfig) -> None:
         raise ConfigError(f"hw.optimizer_fallback={fallback!r} is not an HF optimizer name")
 
 
+def _check_mxfp4(model: DictConfig) -> None:
+    if model.mxfp4 == "native" and model.quantization != "mxfp4":
+        raise ConfigError(
+            "model.mxfp4=native keeps MXFP4 experts: it needs model.quantization=mxfp4 "
+            f"(model={model.name} has model.quantization={model.quantization or 'null'})"
+        )
+    if model.mxfp4 == "native" and model.lora.experts:
+        raise ConfigError(
+            "model.lora.experts=true adapts the experts' bf16 weights: use model.mxfp4=dequantize (native experts "
+            "are frozen MXFP4)"
+        )
+    if model.quantization == "mxfp4" and model.tiny:
+        for key in ("hidden_size", "intermediate_size"):
+            size = model.arch.get(key)
+            if size is not None and int(size) % 32:
+                raise ConfigError(f"model.arch.{key}={size}: MXFP4 experts need a multiple of 32 (one scale per 32)")
+
+
 def validate(cfg: DictConfig, hf_names: bool = True) -> None:
     """Raise ConfigError on the first rule the composed config breaks.
 
@@ -83,6 +102,7 @@ def validate(cfg: DictConfig, hf_names: bool = True) -> None:
             "model.quantization=bnb4 on GPT-OSS: its MXFP4 checkpoint is dequantized to bf16, never combined "
             "with a bitsandbytes config"
         )
+    _check_mxfp4(cfg.model)
     if cfg.model.lora.experts and cfg.model.family != "gpt_oss":
         raise ConfigError("model.lora.experts=true needs a MoE model (family gpt_oss)")
     if cfg.model.lora.targets != "attention" and not OmegaConf.is_interpolation(cfg.model.lora, "target_modules"):

@@ -56,10 +56,12 @@ def load_kwargs(model_cfg: DictConfig, hw_cfg: DictConfig) -> dict[str, Any]:
         "attn_implementation": attn_implementation(model_cfg),
         "use_cache": False,
     }
-    if model_cfg.quantization == "mxfp4":
+    if model_cfg.quantization == "mxfp4" and model_cfg.get("mxfp4") == "native":
+        pass  # posttrain.models.mxfp4.checkpoint.load_native keeps the experts' blocks and scales
+    elif model_cfg.quantization == "mxfp4":
         from transformers import Mxfp4Config  # type: ignore[attr-defined]  # exported lazily
 
-        # Training needs real bf16 weights: dequantize MXFP4 on load; never stack bitsandbytes on top.
+        # bf16 expert weights dequantized on load (transformers' own); never bitsandbytes on top
         kwargs["quantization_config"] = Mxfp4Config(dequantize=True)
     elif model_cfg.quantization == "bnb4":
         if model_cfg.family == "gpt_oss":
@@ -121,7 +123,8 @@ def _build_tiny(
     config.eos_token_id = tokenizer.eos_token_id
     config._attn_implementation = attn_implementation(model_cfg)
     config.use_cache = False
-    model = random_init_model(config, torch_dtype(model_cfg, hw_cfg), device, seed)
+    mxfp4 = model_cfg.mxfp4 if model_cfg.quantization == "mxfp4" else None
+    model = random_init_model(config, torch_dtype(model_cfg, hw_cfg), device, seed, mxfp4=mxfp4)
     if model_cfg.init_eos_prob is not None:
         _set_eos_prior(model, tokenizer.eos_token_id, model_cfg.init_eos_prob)
     model.generation_config.eos_token_id = tokenizer.eos_token_id
@@ -160,7 +163,16 @@ def _load_real(model_cfg: DictConfig, hw_cfg: DictConfig) -> tuple[PreTrainedMod
     tokenizer.chat_template = _template(model_cfg.chat_template)
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
-    model = AutoModelForCausalLM.from_pretrained(location, **load_kwargs(model_cfg, hw_cfg))
+    kwargs = load_kwargs(model_cfg, hw_cfg)
+    if model_cfg.quantization == "mxfp4" and model_cfg.get("mxfp4") == "native":
+        from posttrain.models.mxfp4.checkpoint import load_native
+
+        try:
+            model = load_native(location, **kwargs)
+        except ValueError as ex:
+            raise ConfigError(f"model.mxfp4=native: {ex}") from None
+    else:
+        model = AutoModelForCausalLM.from_pretrained(location, **kwargs)
     if len(tokenizer) > model.get_input_embeddings().weight.shape[0]:  # type: ignore[index]
         raise ConfigError(f"tokenizer of {location} is larger than the model's embedding matrix")
     return model, tokenizer

@@ -7,6 +7,11 @@ initialised there by transformers' own `init_weights` (its `_init_weights`: norm
 linear, embedding, GPT-OSS experts, sinks and router; zero biases; unit norms; RoPE buffers recomputed; tied
 weights tied). That skips the eager path's two passes over every weight on the host (torch's default init, then
 transformers'), which for gpt-oss-20b had not finished after 9 minutes on a 16-core host.
+
+`mxfp4` (GPT-OSS): the experts are drawn directly as MXFP4 blocks and scales (posttrain.models.mxfp4: uniform random
+codes at the scale whose standard deviation is closest to initializer_range), never as bf16 weights, and kept so
+(`native`) or dequantized into bf16 parameters afterwards (`dequantize`: the same weights). The full 20.9B
+architecture then builds with 12.8 GiB.
 """
 
 from __future__ import annotations
@@ -26,23 +31,37 @@ def num_params(model: torch.nn.Module) -> int:
 
 
 def random_init_model(
-    config: PretrainedConfig, dtype: torch.dtype, device: torch.device | str, seed: int
+    config: PretrainedConfig, dtype: torch.dtype, device: torch.device | str, seed: int, mxfp4: str | None = None
 ) -> PreTrainedModel:
     """A random-init `AutoModelForCausalLM` for `config` in `dtype` on `device`, the same weights for the same seed
-    (and, above `EAGER_MAX_PARAMS`, the same device type: the CPU and CUDA generators differ)."""
+    (and, above `EAGER_MAX_PARAMS`, the same device type: the CPU and CUDA generators differ); `mxfp4`: native |
+    dequantize for GPT-OSS experts drawn in MXFP4 (None: bf16 experts)."""
+    from posttrain.models.mxfp4.experts import dequantize_experts_, init_random_, to_native
+
     device = torch.device(device)
     with torch.device("meta"):
         model = AutoModelForCausalLM.from_config(config, dtype=dtype)
+    std = float(getattr(config, "initializer_range", 0.02))
     if num_params(model) <= EAGER_MAX_PARAMS:
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(seed)
             model = AutoModelForCausalLM.from_config(config, dtype=dtype)
+        if mxfp4:
+            init_random_(to_native(model), std, seed)
+            if mxfp4 == "dequantize":
+                dequantize_experts_(model)
         return model.to(device)
+    if mxfp4:
+        to_native(model)  # on the meta device: the bf16 experts are never allocated
     model.to_empty(device=device)
+    if mxfp4:
+        init_random_(model, std, seed)
     # A tied LM head is replaced by the embedding after init: one draw of the [vocab, hidden] table, not two.
     model.mark_tied_weights_as_initialized(loading_info=None)  # only custom-code models read loading_info
     accelerators = [device] if device.type != "cpu" else []
     with torch.random.fork_rng(devices=accelerators, device_type=device.type if accelerators else "cuda"):
         torch.manual_seed(seed)
         model.init_weights()
+    if mxfp4 == "dequantize":
+        dequantize_experts_(model)
     return model
