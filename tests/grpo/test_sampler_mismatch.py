@@ -83,5 +83,5 @@ def test_correction_is_the_same_on_trls_path_and_the_kernel_path(tmp_path, mode)
 
 
 def test_correction_needs_a_rollout_copy():
-    with pytest.raises(ConfigError, match="sampler_correction=true corrects a merged rollout copy"):
+    with pytest.raises(ConfigError, match="sampler_correction=true corrects a posttrain rollout engine"):
         load_config([*SMALL, "algo.sampler_correction=true"])

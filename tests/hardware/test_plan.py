@@ -23,7 +23,20 @@ def _summary(compose, *overrides):
 def test_gpt_oss_grpo_does_not_fit_rtx4090_with_suggestion(compose):
     s = _summary(compose, "model=gpt_oss", "algo=grpo", "hw=rtx4090")
     assert s["fits"] is False and s["peak_gib"] > 24
-    assert "hw=h200" in s["suggestion"]
+    assert s["suggestion"].startswith("try: model.mxfp4=native ")
+    with_expert_lora = _summary(compose, "model=gpt_oss", "algo=grpo", "hw=rtx4090", "model.lora.experts=true")
+    assert "hw=h200" in with_expert_lora["suggestion"]  # expert LoRA needs the bf16 experts
+
+
+@pytest.mark.parametrize("hw", ["rtx4090", "a100_40gb"])
+def test_gpt_oss_native_mxfp4_grpo_fits_24_and_40_gib(compose, hw):
+    s = _summary(compose, "model=gpt_oss", "algo=grpo", f"hw={hw}", "model.mxfp4=native")
+    assert s["fits"] is True and s["suggestion"] == ""
+    parts = s["components_gib"]
+    # the experts' blocks and scales: 19.1B values at 17 bytes per 32 = 9.46 GiB; the rest 1.8B in bf16 = 3.38 GiB;
+    # TRL's fp32 output projection (kernels=trl in bf16) 1.08 GiB more
+    assert 13.9 < parts["weights"] < 14.0
+    assert 0.9 < parts["MXFP4 dequantization"] < 1.0  # 32 experts' gate_up [5760, 2880] in bf16: 0.99 GiB
 
 
 def test_gpt_oss_grpo_fits_h200(compose):

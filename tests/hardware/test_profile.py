@@ -267,9 +267,10 @@ def test_override_keys_strip_prefixes_values_and_packages():
     [
         ("h200", "smollm2_135m", "static"),  # copy 0.27 GB of 140: launch-bound decoding, the copy pays
         ("h200", "llama3_2_1b", "static"),
-        ("h200", "llama3_1_8b", "hf"),  # 16 GB copy: over GPU_COPY_SHARE
-        ("h200", "gpt_oss", "hf"),
-        ("cpu", "llama3_1_8b", "bf16_copy"),  # hw=cpu's copy at any size (oneDNN-packed bf16 GEMMs)
+        ("h200", "llama3_1_8b", "static_policy"),  # 16 GB copy: over GPU_COPY_SHARE, decode from the policy
+        ("h200", "gpt_oss", "static_policy"),
+        ("cpu", "smollm2_135m", "bf16_copy"),  # hw=cpu's oneDNN-packed bf16 copy
+        ("cpu", "llama3_1_8b", "static_policy"),  # its copy: 15 of 24 GiB, over CPU_COPY_SHARE
     ],
 )
 def test_profile_generation_backend_only_for_small_models_on_gpu(compose, hw, model, backend):

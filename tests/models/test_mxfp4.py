@@ -70,11 +70,23 @@ def test_quantize_inverts_dequantize_and_rounds_to_nearest():
 def test_random_blocks_have_the_requested_std():
     blocks = torch.empty(4, 256, 8, 16, dtype=torch.uint8)
     scales = torch.empty(4, 256, 8, dtype=torch.uint8)
-    codec.fill_random_(blocks, scales, 0.02, torch.Generator().manual_seed(0))
+    codec.fill_random_(blocks, scales, 0.02, seed=0)
     w = codec.dequantize(blocks, scales, torch.float32)
     assert abs(float(w.mean())) < 1e-3
     assert 0.016 < float(w.std()) < 0.025  # the nearest power-of-two scale: 0.0229
     assert codec.scale_for_std(0.02) == 120
+
+
+@pytest.mark.parametrize("size", [8 * 4096 + 5, 3])
+def test_random_bytes_are_uniform_and_seeded(size):
+    a = codec.random_bytes_(torch.empty(size, dtype=torch.uint8), seed=7)
+    assert torch.equal(a, codec.random_bytes_(torch.empty(size, dtype=torch.uint8), seed=7))
+    assert not torch.equal(a, codec.random_bytes_(torch.empty(size, dtype=torch.uint8), seed=8))
+    if size > 1000:
+        counts = torch.bincount(a.long(), minlength=256).double()
+        expected = size / 256
+        assert float(((counts - expected) ** 2 / expected).sum()) < 255 + 5 * (2 * 255) ** 0.5  # chi-square, 5 sigma
+        assert (a.view(-1)[: size // 8 * 8].view(-1, 8)[:, 7] >= 128).float().mean().sub(0.5).abs() < 0.03
 
 
 @pytest.fixture(scope="module")

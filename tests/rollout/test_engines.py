@@ -161,3 +161,42 @@ def test_shared_prompt_prefill_keeps_the_tokens_and_logprobs(tiny):
         distinct = _engine(model, tok, _config(tok)).generate(prompts)
     assert distinct == _engine(model, tok, _config(tok), share_prompts=False).generate(prompts)
     assert calls[0][1] == longest  # distinct prompts: one plain prefill of the whole prompt
+
+
+@pytest.fixture(scope="module")
+def native_gpt_oss():
+    """Tiny GPT-OSS with native MXFP4 experts (model.mxfp4=native) and LoRA adapters that change its outputs."""
+    model, tok = load(load_config(["model=tiny_gpt_oss", "model.quantization=mxfp4", "model.mxfp4=native", "seed=1"]))
+    with torch.no_grad():
+        for name, param in model.named_parameters():
+            if "lora_B" in name:
+                param.normal_(0, 0.3, generator=torch.Generator().manual_seed(len(name)))
+    model.eval()
+    return model, tok, [tok(t, add_special_tokens=False).input_ids for t in TEXTS]
+
+
+def _policy_static(model, tok, config, compile_backend: str | None = None) -> RolloutEngine:
+    gen = static_generation_config(config, compile_backend is not None, "cpu", compile_backend or "inductor")
+    return _engine(model, tok, gen, static_cache_len=64, name="static_policy")
+
+
+def test_static_policy_decodes_native_mxfp4_with_unmerged_lora_like_hf(native_gpt_oss):
+    """`static_policy`: the policy itself (PEFT LoRA unmerged, MXFP4 experts) into a static cache, uncompiled and
+    compiled, gives TRL's greedy tokens past the sliding window; the adapters are in play and nothing was merged."""
+    import torch._dynamo
+    from peft.tuners.lora import LoraLayer
+
+    model, tok, prompts = native_gpt_oss
+    assert max(len(p) for p in prompts) + NEW > 2 * model.config.sliding_window
+    expected = _engine(model, tok, _config(tok)).generate(prompts)
+    assert _engine(model, tok, _config(tok, use_cache=False)).generate(prompts) == expected
+    assert _policy_static(model, tok, _config(tok)).generate(prompts) == expected
+    torch._dynamo.reset()
+    compiled = _policy_static(model, tok, _config(tok), compile_backend="aot_eager")
+    assert compiled.generate(prompts) == expected
+    with torch._dynamo.config.patch(error_on_recompile=True):
+        assert compiled.generate(prompts[::-1]) == expected[::-1]
+    assert not any(layer.merged for layer in model.modules() if isinstance(layer, LoraLayer))
+    with model.disable_adapter():
+        assert _engine(model, tok, _config(tok)).generate(prompts) != expected  # the adapters change the tokens
+    assert compiled.sync(model) == 0.0  # nothing to copy: it decodes from the policy

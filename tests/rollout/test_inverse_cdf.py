@@ -103,7 +103,7 @@ def test_backends_without_a_copy_refuse_it():
     with pytest.raises(ConfigError, match="vLLM samples itself"):
         load_config(["model=tiny_llama", "algo.generation.sampler=inverse_cdf", "algo.generation.backend=vllm"])
     tiny_on_cpu = load_config(["model=tiny_llama", "hw=cpu", "algo.generation.sampler=inverse_cdf"])
-    with pytest.raises(ConfigError, match="rollout copy's sampler"):
+    with pytest.raises(ConfigError, match="rollout engine's sampler"):
         apply_profile(tiny_on_cpu)  # tiny random models keep sampling from the policy (backend hf)
     cfg = load_config(
         ["model=tiny_llama", "hw=cpu", "algo.generation.sampler=inverse_cdf", "algo.generation.backend=bf16_copy"]

@@ -1,8 +1,9 @@
 """The memory model: peak bytes per device of one training run, from model config x algo x hw x kernels.
 
 peak = persistent + the largest of four phases:
-- persistent: weights (load dtype; MXFP4 dequantized to bf16; bitsandbytes 4-bit layer linears at 4.5 bits; an
-  output projection TRL casts to fp32), LoRA adapters (fp32 under PEFT), optimizer states of what trains, a frozen
+- persistent: weights (load dtype; MXFP4 experts dequantized to bf16, or kept in their 17 bytes per 32 values with
+  `model.mxfp4=native`; bitsandbytes 4-bit layer linears at 4.5 bits; an output projection TRL casts to fp32),
+  LoRA adapters (fp32 under PEFT), optimizer states of what trains, a frozen
   reference or context-encoder copy, a merged rollout copy and its static KV cache, a colocated vLLM's reservation,
   and framework overhead (`hw.overhead_gib`: CUDA context and allocator slack, or the process before the model on
   a CPU; not part of `torch.cuda.max_memory_allocated`, hence `tensor_bytes`);
@@ -15,6 +16,9 @@ peak = persistent + the largest of four phases:
   time, then the head's forward;
 - generate (HF generate on the policy or its rollout copy): a whole rollout's KV cache and the prefill transient;
 - step: all gradients + the optimizer's temporaries (foreach: one state-sized copy; fused/8-bit: none).
+Items of phase `forward` are alive in every phase that runs the model (train, score, generate): native MXFP4
+experts' dequantization scratch (one expert's gate_up in bf16 on a CPU; every expert of a layer on CUDA, where the
+grouped GEMM reads them all at once).
 
 What a layer keeps for the backward is counted tensor by tensor as transformers' Llama layer and PEFT's LoRA form
 them (`layer_saved_per_token`): a frozen linear keeps nothing (its input gradient needs only the weight), a trained
@@ -51,6 +55,7 @@ from posttrain.training_args import gradient_checkpointing
 
 GIB = 1024**3
 BNB4_BYTES = 0.5625  # NF4: 4 bits + one fp32 absmax per 64 weights
+FORWARD_PHASES = ("train", "score", "generate")  # the phases an item of phase "forward" is alive in
 
 
 @dataclass
@@ -82,7 +87,8 @@ class Plan:
         return self.peak_bytes - sum(i.bytes for i in self.items if i.name == "framework overhead")
 
     def phase_bytes(self, phase: str) -> float:
-        return sum(i.bytes for i in self.items if i.phase == phase)
+        forward = phase in FORWARD_PHASES
+        return sum(i.bytes for i in self.items if i.phase == phase or (forward and i.phase == "forward"))
 
 
 def optimizer_bytes(hw: DictConfig, trainable: int, trainable_bytes: int, largest: int) -> tuple[float, float, str]:
@@ -192,7 +198,9 @@ def plan(cfg: DictConfig) -> Plan:
     head_upcast = head_params * (4 - counts.dtype_bytes) if work.head_weight_fp32 else 0
     weights = float(counts.weight_bytes) + head_upcast
     wnote = f"{counts.total / 1e9:.3g}B params in {str(wdtype).removeprefix('torch.')}"
-    if model_cfg.quantization == "mxfp4":
+    if counts.mxfp4_bytes:
+        wnote += f" (experts in MXFP4: {counts.mxfp4_bytes / GIB:.2f} GiB)"
+    elif model_cfg.quantization == "mxfp4":
         wnote += " (MXFP4 dequantized)"
     if model_cfg.quantization == "bnb4":
         weights -= counts.layer_linear * counts.dtype_bytes * (1 - BNB4_BYTES / counts.dtype_bytes)
@@ -202,7 +210,8 @@ def plan(cfg: DictConfig) -> Plan:
     if counts.adapters:
         wnote += f" + {counts.adapters / 1e6:.3g}M LoRA params"
     items.append(Item("weights", weights / shard_all, "persistent", wnote))
-    base_bytes = counts.total * counts.dtype_bytes + head_upcast
+    mxfp4_values = counts.experts if counts.mxfp4_bytes else 0
+    base_bytes = (counts.total - mxfp4_values) * counts.dtype_bytes + counts.mxfp4_bytes + head_upcast
     if work.ref_copy:
         items.append(Item("reference model", base_bytes / shard_all, "persistent", "frozen copy (beta > 0, no LoRA)"))
     if work.encoder_copy:
@@ -211,22 +220,37 @@ def plan(cfg: DictConfig) -> Plan:
         import torch
 
         elem = getattr(torch, work.rollout_copy_dtype).itemsize
-        copy_bytes = counts.total * elem
+        copy_bytes = (counts.total - mxfp4_values) * elem + counts.mxfp4_bytes
         cnote = f"merged copy in {work.rollout_copy_dtype}"
         if work.rollout_packed:  # every nn.Linear weight again in oneDNN's packed layout (the head too)
             copy_bytes += (counts.layer_linear + a["V"] * a["h"]) * elem
             cnote += " + its oneDNN-packed linear weights"
         items.append(Item("rollout copy", copy_bytes, "persistent", cnote))
-        if work.static_cache_len:
-            static = kv_cache_bytes(a, elem, work.gen_seqs, work.static_cache_len, full_length=True)
-            items.append(
-                Item(
-                    "static KV cache",
-                    static,
-                    "persistent",
-                    f"{work.gen_seqs} sequences x {work.static_cache_len} positions, every layer full-length",
-                )
+    if work.static_cache_len:
+        import torch
+
+        elem = getattr(torch, work.rollout_copy_dtype).itemsize if work.rollout_copy_dtype else counts.dtype_bytes
+        static = kv_cache_bytes(a, elem, work.gen_seqs, work.static_cache_len, full_length=True)
+        where = "the copy's" if work.rollout_copy_dtype else "the policy's"
+        items.append(
+            Item(
+                "static KV cache",
+                static,
+                "persistent",
+                f"{where}: {work.gen_seqs} sequences x {work.static_cache_len} positions, every layer full-length",
             )
+        )
+    if counts.mxfp4_bytes:
+        gate_up = 2 * a["I"] * a["h"] * d.act  # one expert's gate_up projection, dequantized
+        experts = a["experts"] if hw.device == "cuda" else 1
+        items.append(
+            Item(
+                "MXFP4 dequantization",
+                experts * gate_up,
+                "forward",
+                f"{experts} expert gate_up weight{'s' if experts > 1 else ''} at a time, in the compute dtype",
+            )
+        )
 
     trainable = counts.trainable + work.extra_trainable
     tbytes = counts.trainable_bytes + 4 * work.extra_trainable + (head_upcast if mode == "full" else 0)

@@ -10,6 +10,9 @@ Conventions:
 - active: what one token's compute touches: MoE experts scaled by num_experts_per_tok / num_local_experts,
   and the input embedding table left out when it is not tied to the LM head (a lookup, not a matmul). This
   is the convention behind gpt-oss-20b's published 3.6B active.
+- `model.mxfp4=native` (GPT-OSS): the meta model's experts are made native as the loader makes them
+  (posttrain.models.mxfp4.experts.to_native), so the expert weights are counted as the uint8 blocks and scales they
+  are held in (17 bytes per 32 values) and never as trainable; `total` still counts each expert weight once.
 """
 
 from __future__ import annotations
@@ -33,10 +36,22 @@ class ParamCounts:
     embedding: int  # input embedding table
     lm_head: int  # output projection (0 when tied)
     experts: int  # all expert parameters (MoE)
+    mxfp4_bytes: int  # bytes of MXFP4 expert blocks and scales (model.mxfp4=native; 0 otherwise)
     layer_linear: int  # nn.Linear weights inside the decoder layers (what bitsandbytes 4-bit quantizes)
     adapters: int  # LoRA parameters
     largest_trainable: int  # numel of the largest trainable tensor
     dtype_bytes: int  # bytes per element of the base weights
+
+
+def _mxfp4_values(model: torch.nn.Module) -> tuple[int, int]:
+    """(expert weight values, their bytes) held as MXFP4 blocks and scales (buffers of native experts)."""
+    values = stored = 0
+    for name, buffer in model.named_buffers():
+        if name.endswith("_blocks"):
+            values += buffer.numel() * 2
+        if name.endswith(("_blocks", "_scales")):
+            stored += buffer.numel() * buffer.element_size()
+    return values, stored
 
 
 def _experts_of(model: torch.nn.Module) -> set[str]:
@@ -62,13 +77,19 @@ def _count(model_json: str, dtype_name: str, train: str) -> ParamCounts:
     with torch.device("meta"), warnings.catch_warnings():
         warnings.simplefilter("ignore")
         base = AutoModelForCausalLM.from_config(config, dtype=dtype)
+    if model_cfg.get("quantization") == "mxfp4" and model_cfg.get("mxfp4") == "native":
+        from posttrain.models.mxfp4.experts import to_native
+
+        to_native(base)
+    mxfp4_values, mxfp4_bytes = _mxfp4_values(base)
     embed = base.get_input_embeddings().weight
     head = base.get_output_embeddings().weight
     tied = head is embed
     expert_names = _experts_of(base)
     k = getattr(config, "num_experts_per_tok", None) or 1
     n_exp = getattr(config, "num_local_experts", None) or getattr(config, "num_experts", None) or 1
-    total = active_f = experts = 0
+    total = experts = mxfp4_values
+    active_f = mxfp4_values * k / n_exp
     for name, p in base.named_parameters():
         total += p.numel()
         if name in expert_names:
@@ -91,16 +112,17 @@ def _count(model_json: str, dtype_name: str, train: str) -> ParamCounts:
     elif train == "frozen":
         model.requires_grad_(False)
     trainable = [p for p in model.parameters() if p.requires_grad]
-    n_all = sum(p.numel() for p in model.parameters())
+    n_all = sum(p.numel() for p in model.parameters()) + mxfp4_values
     return ParamCounts(
         total=total,
         active=int(round(active_f)),
         trainable=sum(p.numel() for p in trainable),
-        weight_bytes=sum(p.numel() * p.element_size() for p in model.parameters()),
+        weight_bytes=sum(p.numel() * p.element_size() for p in model.parameters()) + mxfp4_bytes,
         trainable_bytes=sum(p.numel() * p.element_size() for p in trainable),
         embedding=embed.numel(),
         lm_head=0 if tied else head.numel(),
         experts=experts,
+        mxfp4_bytes=mxfp4_bytes,
         layer_linear=layer_linear,
         adapters=n_all - total,
         largest_trainable=max((p.numel() for p in trainable), default=0),

@@ -16,6 +16,7 @@ PHASES = {
     "score": "log-prob pass",
     "generate": "generation",
     "step": "optimizer step",
+    "forward": "every forward",
 }
 
 

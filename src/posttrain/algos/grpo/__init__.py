@@ -20,13 +20,16 @@ from posttrain.errors import ConfigError
 from posttrain.rollout import BACKENDS as ROLLOUT_BACKENDS
 
 GPU_COPY_SHARE = 0.05  # of hw.device_gib: the largest rollout copy a GPU profile's generation backend makes
+CPU_COPY_SHARE = 0.25  # ... and a CPU profile's (SmolLM2-135M: 1% of 24 GiB; gpt-oss-20b even in MXFP4: 53%)
 
 
 def _copy_share(cfg: DictConfig) -> float:
-    """The bf16 rollout copy's weights as a share of the device's memory."""
+    """The rollout copy's weights (bf16; native MXFP4 experts as they are) as a share of the device's memory."""
     from posttrain.hardware.params import count_params
 
-    return count_params(cfg).total * 2 / (float(cfg.hw.device_gib) * 2**30)
+    counts = count_params(cfg)
+    mxfp4_values = counts.experts if counts.mxfp4_bytes else 0
+    return ((counts.total - mxfp4_values) * 2 + counts.mxfp4_bytes) / (float(cfg.hw.device_gib) * 2**30)
 
 
 class GRPO(Algorithm):
@@ -53,11 +56,14 @@ class GRPO(Algorithm):
         there is bound by reading the weights, which the bf16 copy halves (experiments/grpo_objectives, a CPU
         without AMX: 2.7 s against 3.6 s per `make train` step; over 5 seeds the copy, with the sampler
         correction, gained what the policy did, and with dynamic sampling what dynamic sampling did); tiny
-        random models keep sampling from the policy (their tests compare runs exactly). On a GPU a merged copy
-        is a second set of weights, and it pays where decoding is bound by per-token launches, i.e. for small
-        models: it applies only while the copy takes at most GPU_COPY_SHARE of the device (SmolLM2-135M and
-        Llama-3.2-1B on an H200, not GPT-OSS-20B). A copy draws its tokens with `hw.generation_sampler` where the
-        profile has one and the command line did not choose (hw=cpu: inverse_cdf)."""
+        random models keep sampling from the policy (their tests compare runs exactly). A merged copy is a second
+        set of weights; on a GPU it pays where decoding is bound by per-token launches, i.e. for small models: it
+        applies only while the copy takes at most GPU_COPY_SHARE of the device (SmolLM2-135M and Llama-3.2-1B on
+        an H200), on a CPU CPU_COPY_SHARE. Where the copy would be larger (GPT-OSS-20B, in MXFP4 or not), the run
+        decodes the same way from the policy itself (`static_policy`: the static cache and compiled decode, LoRA
+        unmerged). An engine draws its tokens with
+        `hw.generation_sampler` where the profile has one and the command line did not choose (hw=cpu:
+        inverse_cdf)."""
         hw, gen = cfg.hw, cfg.algo.generation
         applied: dict[str, Any] = {}
         with open_dict(cfg):
@@ -75,20 +81,21 @@ class GRPO(Algorithm):
             backend = hw.get("generation_backend")
             cpu_pretrained = hw.device == "cpu" and not cfg.model.get("tiny", False)
             wanted = backend and (hw.precision == "bf16" or cpu_pretrained) and gen.backend == "hf"
-            if (
-                wanted
-                and "algo.generation.backend" not in given
-                and (hw.device != "cuda" or _copy_share(cfg) <= GPU_COPY_SHARE)
-            ):
-                gen.backend = applied["algo.generation.backend"] = backend
+            if wanted and "algo.generation.backend" not in given:
+                share = GPU_COPY_SHARE if hw.device == "cuda" else CPU_COPY_SHARE
+                if _copy_share(cfg) <= share:
+                    gen.backend = applied["algo.generation.backend"] = backend
+                else:
+                    gen.backend = applied["algo.generation.backend"] = "static_policy"
         sampler = hw.get("generation_sampler")
-        copy_backend = ROLLOUT_BACKENDS[gen.backend].merged_copy
-        if sampler and copy_backend and "algo.generation.sampler" not in given and gen.sampler != sampler:
+        engine = ROLLOUT_BACKENDS[gen.backend].engine
+        if sampler and engine and "algo.generation.sampler" not in given and gen.sampler != sampler:
             gen.sampler = applied["algo.generation.sampler"] = sampler
-        if gen.sampler != "multinomial" and not copy_backend:
+        if gen.sampler != "multinomial" and not engine:
             raise ConfigError(
-                f"algo.generation.sampler={gen.sampler} is a rollout copy's sampler (algo.generation.backend="
-                f"bf16_copy or static, which hw=cpu picks for pretrained models); {gen.backend} samples with TRL's"
+                f"algo.generation.sampler={gen.sampler} is a posttrain rollout engine's sampler (algo.generation."
+                f"backend=bf16_copy, static or static_policy, which hw=cpu picks for pretrained models); "
+                f"{gen.backend} samples with TRL's"
             )
         return applied
 
@@ -108,7 +115,7 @@ class GRPO(Algorithm):
         from posttrain.kernels.registry import BACKENDS
         from posttrain.models import hf_config
         from posttrain.rollout import BACKENDS as ROLLOUT_BACKENDS
-        from posttrain.rollout import copy_dtype
+        from posttrain.rollout import STATIC_CACHE, copy_dtype
 
         algo, batch = cfg.algo, int(cfg.trainer.per_device_batch_size)
         k = int(algo.num_generations)
@@ -127,7 +134,7 @@ class GRPO(Algorithm):
         tied = bool(getattr(hf_config(cfg.model), "tie_word_embeddings", False))
         copy = ROLLOUT_BACKENDS[gen_backend].merged_copy
         static_len = 0
-        if gen_backend == "static":
+        if gen_backend in STATIC_CACHE:
             static_len = int(algo.max_prompt_length) + completion
         lengths = f"longest prompt of data={cfg.data.name}: {longest}" if longest else "algo.max_prompt_length"
         return Workload(

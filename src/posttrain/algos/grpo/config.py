@@ -158,16 +158,17 @@ def validate_grpo(cfg: DictConfig) -> None:
             f"one of {others}"
         )
     shards_weights = any(tag in (cfg.hw.accelerate_config or "") for tag in ("zero3", "fsdp"))  # no torch here
-    if rollout.merged_copy and cfg.hw.num_devices > 1 and shards_weights:
+    if rollout.engine and cfg.hw.num_devices > 1 and shards_weights:
+        what = "keeps a whole copy of the policy per process" if rollout.merged_copy else "decodes from whole weights"
         raise ConfigError(
-            f"algo.generation.backend={rollout.name} keeps a whole copy of the policy per process, which "
-            f"hw.accelerate_config={cfg.hw.accelerate_config} shards: use hf or vllm"
+            f"algo.generation.backend={rollout.name} {what}, which hw.accelerate_config={cfg.hw.accelerate_config} "
+            "shards: use hf (TRL gathers the weights for generation) or vllm"
         )
-    if algo.sampler_correction and not rollout.merged_copy:
-        hint = "vllm_importance_sampling_correction" if rollout.name == "vllm" else "bf16_copy or static"
+    if algo.sampler_correction and not rollout.engine:
+        hint = "vllm_importance_sampling_correction" if rollout.name == "vllm" else "bf16_copy, static or static_policy"
         raise ConfigError(
-            f"algo.sampler_correction=true corrects a merged rollout copy; algo.generation.backend={rollout.name} "
-            f"samples from {'vLLM' if rollout.name == 'vllm' else 'the policy itself'} (use {hint})"
+            f"algo.sampler_correction=true corrects a posttrain rollout engine's samples; algo.generation.backend="
+            f"{rollout.name} samples with {'vLLM' if rollout.name == 'vllm' else 'TRL'} (use {hint})"
         )
     if algo.generation.sampler != "multinomial" and rollout.name == "vllm":
         raise ConfigError(f"algo.generation.sampler={algo.generation.sampler} is a rollout copy's; vLLM samples itself")

@@ -13,9 +13,10 @@ tensors is kept): the activations get their gradient, the frozen experts none. T
 transformers' (`self._apply_gate`), so routing weights and the router receive gradients as in bf16 training.
 - CPU (and any device without the grouped path): a loop over the experts the batch routes to, one expert
   dequantized at a time (33 MB of scratch for gpt-oss-20b, only the routed experts read);
-- CUDA: every routed expert of the layer dequantized into one scratch tensor by a Triton kernel
-  (posttrain.kernels.mxfp4_dequant, experts no token routes to are skipped on the device, no host sync), then
-  torch's grouped GEMM over the expert-sorted tokens, as transformers' `grouped_mm` implementation does for bf16.
+- CUDA, and any compiled forward (a compiled decode step): every routed expert of the layer dequantized into one
+  scratch tensor (on CUDA by a Triton kernel, posttrain.kernels.mxfp4_dequant, which masks off the experts no token
+  routes to on the device, no host sync), then torch's grouped GEMM over the expert-sorted tokens, as transformers'
+  `grouped_mm` implementation does for bf16 weights.
 """
 
 from __future__ import annotations
@@ -71,14 +72,22 @@ class Mxfp4GroupedLinear(torch.autograd.Function):
         ctx.x_dtype = x.dtype
         weight = _dequantize_routed(blocks, scales, offsets, dtype)
         with torch.autocast(x.device.type, enabled=False):
-            return torch._grouped_mm(x.to(dtype), weight.transpose(-2, -1), offs=offsets)
+            return _grouped_mm(x.to(dtype), weight.transpose(-2, -1), offsets)
 
     @staticmethod
     def backward(ctx, grad):
         blocks, scales, offsets = ctx.saved_tensors
         weight = _dequantize_routed(blocks, scales, offsets, grad.dtype)
-        grad_x = torch._grouped_mm(grad.contiguous(), weight, offs=offsets)
+        grad_x = _grouped_mm(grad.contiguous(), weight, offsets)
         return grad_x.to(ctx.x_dtype), None, None, None
+
+
+def _grouped_mm(x: torch.Tensor, weight: torch.Tensor, offsets: torch.Tensor) -> torch.Tensor:
+    """[S, in] x [E, in, out] grouped by `offsets`: transformers' dispatch (torch's grouped GEMM where it applies:
+    bf16 under compile, CUDA from sm80, CPU; else its own per-expert custom op, opaque to compile)."""
+    from transformers.integrations.moe import _grouped_mm as dispatch
+
+    return dispatch(x, weight, offs=offsets)
 
 
 def _dequantize_routed(blocks, scales, offsets, dtype) -> torch.Tensor:
@@ -91,7 +100,10 @@ def _dequantize_routed(blocks, scales, offsets, dtype) -> torch.Tensor:
 
 
 def grouped_path(hidden_states: torch.Tensor) -> bool:
-    """Whether the grouped GEMM path runs: on CUDA with bf16 compute (torch's grouped GEMM needs it)."""
+    """Whether the grouped GEMM path runs: on CUDA with bf16 compute (torch's grouped GEMM needs it), and under
+    `torch.compile` (a compiled decode step: the loop's per-expert row counts would break the graph)."""
+    if torch.compiler.is_compiling():
+        return True
     return hidden_states.device.type == "cuda" and _compute_dtype(hidden_states) == torch.bfloat16
 
 
@@ -211,12 +223,10 @@ def to_native(model: nn.Module, device: torch.device | str | None = None) -> nn.
 def init_random_(model: nn.Module, std: float, seed: int) -> None:
     """Random MXFP4 experts of about `std` (`codec.fill_random_`) and zero biases, marked initialised for transformers'
     `init_weights` (which would otherwise look for the bf16 weights)."""
-    generator = None
-    for _, module in experts_modules(model):
-        if generator is None:
-            generator = torch.Generator(device=module.gate_up_proj_blocks.device).manual_seed(seed)
-        for proj in PROJECTIONS:
-            fill_random_(getattr(module, f"{proj}_blocks"), getattr(module, f"{proj}_scales"), std, generator)
+    for layer, (_, module) in enumerate(experts_modules(model)):
+        for k, proj in enumerate(PROJECTIONS):
+            stream = ((seed % 2**31) * 1_000_003 + layer) * len(PROJECTIONS) + k  # one stream per tensor and seed
+            fill_random_(getattr(module, f"{proj}_blocks"), getattr(module, f"{proj}_scales"), std, stream)
             getattr(module, f"{proj}_bias").zero_()
         module._is_hf_initialized = True
 
