@@ -53,12 +53,15 @@ class StepTimer(TrainerCallback):
 
     @classmethod
     def attach(cls, trainer: Any) -> StepTimer:
+        """Instrument `trainer`; an HF Trainer that is not GRPO's (D2L, contrastive) has no generation, scoring or
+        rewards: its steps split into loss_backward, optimizer and other."""
         timer = cls()
-        timer._wrap(trainer, "_generate", "generation", count_tokens=True)
-        timer._wrap(trainer, "_calculate_rewards", "rewards")
+        if hasattr(trainer, "_generate"):
+            timer._wrap(trainer, "_generate", "generation", count_tokens=True)
+            timer._wrap(trainer, "_calculate_rewards", "rewards")
+            timer._wrap_scoring(trainer)
         timer._wrap(trainer, "_prepare_inputs", "prepare")
         timer._wrap(trainer, "training_step", "train_step", mark_end=True)
-        timer._wrap_scoring(trainer)
         timer._wrap_log(trainer)
         trainer.add_callback(timer)
         return timer

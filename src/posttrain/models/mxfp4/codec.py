@@ -7,9 +7,9 @@ axis in front), and `dequantize` is bit-equal to transformers' `convert_moe_pack
 
 `dequantize` looks each nibble up in the 16 e2m1 values and multiplies by the power-of-two scale in fp32 (exact:
 every product is a bf16 number for the scales real checkpoints use). On a CPU, for tensors of at least
-`COMPILE_MIN_NUMEL` values, the lookup runs as one `torch.compile`d loop (inductor's C++ backend): 16 ms for one
-gpt-oss-20b expert's gate_up (16.6M values, 1.0 G values/s) on two busy Zen 5 cores, against 0.31 s for transformers'
-`_convert_moe_packed_tensors`; tests/models/test_mxfp4.py checks the two agree bit for bit. On CUDA a Triton kernel
+`COMPILE_MIN_NUMEL` values, the lookup runs as one `torch.compile`d loop (inductor's C++ backend) that writes the
+output and nothing else; tests/models/test_mxfp4.py checks it against transformers' `_convert_moe_packed_tensors`
+bit for bit. On CUDA a Triton kernel
 does it (posttrain.kernels.mxfp4_dequant).
 """
 
@@ -29,13 +29,18 @@ E2M1_VALUES = (0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0, -0.0, -0.5, -1.0, -1.5, -
 # the mean square of an e2m1 code drawn uniformly: random blocks of uniform bytes have std sqrt(this) * scale
 E2M1_UNIFORM_RMS = math.sqrt(sum(v * v for v in E2M1_VALUES) / len(E2M1_VALUES))
 COMPILE_MIN_NUMEL = 1 << 20
+_SHIFTS = torch.tensor([0, 4] * BYTES_PER_GROUP, dtype=torch.uint8)  # low nibble, high nibble, ...
 
 
-def _lookup(blocks: torch.Tensor, scales: torch.Tensor, table: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
-    """Each nibble looked up in `table` (E2M1_VALUES), times its group's scale in fp32 (exact), cast to `dtype`."""
-    values = torch.stack([table[(blocks & 15).int()], table[(blocks >> 4).int()]], dim=-1)  # [..., G, 16, 2]
-    values = values.reshape(*blocks.shape[:-1], GROUP) * torch.exp2(scales.float() - SCALE_BIAS).unsqueeze(-1)
-    return values.to(dtype).reshape(*blocks.shape[:-2], blocks.shape[-2] * GROUP)
+def _lookup_into(blocks: torch.Tensor, scales: torch.Tensor, table: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
+    """Each nibble looked up in `table` (E2M1_VALUES), times its group's scale in fp32 (exact), written into `out`
+    [..., out, in] in its dtype, low nibble first. Written as one pointwise map over the output (each byte read for
+    both of its values), which inductor compiles to a single loop with no intermediate: a `torch.stack` of the two
+    halves made it materialise them (a 66 MB fp32 temporary per gpt-oss-20b expert, which glibc then kept)."""
+    codes = (blocks.repeat_interleave(2, dim=-1) >> _SHIFTS.to(blocks.device)) & 15  # [..., G, 32]
+    scale = torch.exp2(scales.float() - SCALE_BIAS).unsqueeze(-1)
+    out.view(*blocks.shape[:-1], GROUP).copy_((table[codes.int()] * scale).to(out.dtype))
+    return out
 
 
 @cache
@@ -45,23 +50,33 @@ def _table(device: torch.device) -> torch.Tensor:
 
 @cache
 def _compiled_lookup():
-    return torch.compile(_lookup, dynamic=False)
+    return torch.compile(_lookup_into, dynamic=False)
 
 
-def dequantize(blocks: torch.Tensor, scales: torch.Tensor, dtype: torch.dtype = torch.bfloat16) -> torch.Tensor:
-    """Weights [..., out, in] in `dtype` from `blocks` [..., out, in/32, 16] and `scales` [..., out, in/32]."""
+def _empty(blocks: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    return torch.empty(*blocks.shape[:-2], blocks.shape[-2] * GROUP, dtype=dtype, device=blocks.device)
+
+
+def dequantize(
+    blocks: torch.Tensor, scales: torch.Tensor, dtype: torch.dtype = torch.bfloat16, out: torch.Tensor | None = None
+) -> torch.Tensor:
+    """Weights [..., out, in] in `dtype` from `blocks` [..., out, in/32, 16] and `scales` [..., out, in/32]; written
+    into `out` (of that shape and dtype) when given: a scratch tensor reused call after call, so that a CPU run does
+    not allocate and fault in a fresh weight for every routed expert (`posttrain.models.mxfp4.experts`)."""
     if blocks.shape[:-1] != scales.shape or blocks.shape[-1] != BYTES_PER_GROUP:
         raise ValueError(f"MXFP4 blocks {tuple(blocks.shape)} and scales {tuple(scales.shape)} do not pair up")
     if blocks.device.type == "cuda":
         from posttrain.kernels.mxfp4_dequant import dequantize_cuda
 
         return dequantize_cuda(blocks, scales, dtype)
+    if out is None:
+        out = _empty(blocks, dtype)
     if torch.compiler.is_compiling():  # inside a compiled graph (a compiled decode step): traced as it is
-        return _lookup(blocks, scales, torch.tensor(E2M1_VALUES, device=blocks.device), dtype)
+        return _lookup_into(blocks, scales, torch.tensor(E2M1_VALUES, device=blocks.device), out)
     table = _table(blocks.device)
     if blocks.device.type == "cpu" and blocks.numel() * 2 >= COMPILE_MIN_NUMEL:
-        return _compiled_lookup()(blocks, scales, table, dtype)
-    return _lookup(blocks, scales, table, dtype)
+        return _compiled_lookup()(blocks, scales, table, out)
+    return _lookup_into(blocks, scales, table, out)
 
 
 def quantize(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
