@@ -10,7 +10,9 @@ with `posttrain.bench.step_timer.StepTimer` splitting each step into phases. A s
 resident set every 20 ms and keeps the largest value per phase label (build, generation, scoring, train = the
 policy's forward and backward, other = optimizer and bookkeeping); `peak_rss_gib` is the kernel's high-water mark
 (VmHWM) over the whole run, the figure the plan's `peak_gib` (which includes `hw.overhead_gib`, the process before the
-model) is compared with. One CSV row per arm (`results/runs.csv`, appended; report.py reads it).
+model) is compared with; on CUDA also `torch.cuda.max_memory_allocated` (against the plan's `tensor_gib`), with
+`--cuda-limit-gib` capping the process (`set_per_process_memory_fraction`: a 24 or 40 GiB card on an H200). One CSV
+row per arm (`results/runs.csv`, appended; report.py reads it).
 """
 
 from __future__ import annotations
@@ -30,6 +32,19 @@ from typing import Any
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
 GPT_OSS_20B = ("model=gpt_oss", "model.tiny=true", "model.mxfp4=native", "hw=cpu", "hw.precision=bf16")
+GPU_GRPO = (
+    "model=gpt_oss",
+    "model.tiny=true",
+    "hw=h200",
+    "algo=grpo",
+    "trainer.max_steps=4",
+    "trainer.per_device_batch_size=8",
+    "algo.num_generations=4",
+    "algo.max_prompt_length=128",
+    "algo.max_completion_length=64",
+    "data.heldout=0",
+    "trainer.progress_bar=false",
+)
 # small batches: what a 2-core machine finishes in minutes; sequences long enough to pass the 128-token window
 # of the sliding layers are not needed for memory (the plan's terms are per token)
 ARMS: dict[str, tuple[str, ...]] = {
@@ -56,6 +71,10 @@ ARMS: dict[str, tuple[str, ...]] = {
         "trainer.max_steps=1",
         "trainer.per_device_batch_size=2",  # triplets: 6 sequences per step
     ),
+    # one CUDA GPU (../shared/GPU_CHECKS.md, item 1): the two ways to hold the experts, at a GPU batch; the first
+    # step (compilation, CUDA graphs) is left out of the means with --warmup 1
+    "gpt_oss_20b_grpo_lora_cuda_native": (*GPU_GRPO, "model.mxfp4=native"),
+    "gpt_oss_20b_grpo_lora_cuda_dequantize": (*GPU_GRPO, "model.mxfp4=dequantize"),
     "llama3_1_8b_grpo_lora": (
         "model=llama3_1_8b",
         "model.tiny=true",
@@ -76,6 +95,7 @@ FIELDS = (
     "arm",
     "commit",
     "steps",
+    "warmup",
     "build_s",
     "model_build_s",
     "step_s",
@@ -97,6 +117,9 @@ FIELDS = (
     "rss_other_gib",
     "plan_phases_gib",
     "threads",
+    "device",
+    "cuda_peak_gib",
+    "cuda_limit_gib",
     "overrides",
 )
 GIB = 2**30
@@ -152,12 +175,16 @@ def _vm_hwm() -> int:
     return 0
 
 
-def worker(arm: str, extra: list[str]) -> dict[str, Any]:
+def worker(arm: str, extra: list[str], cuda_limit_gib: float | None = None, warmup: int = 0) -> dict[str, Any]:
     sampler = RssSampler()
     sampler.start()
     import tempfile
 
     import torch
+
+    if torch.cuda.is_available() and cuda_limit_gib:  # a smaller card on a larger one (rtx4090: 24 GiB)
+        total = torch.cuda.get_device_properties(0).total_memory
+        torch.cuda.set_per_process_memory_fraction(cuda_limit_gib * GIB / total)
 
     import posttrain.models as models
     from posttrain.algos.registry import get_algorithm
@@ -193,7 +220,7 @@ def worker(arm: str, extra: list[str]) -> dict[str, Any]:
         sampler.label = "other"
         trainer.train()
     sampler.stop()
-    steps = timer.steps
+    steps = timer.steps[warmup:] or timer.steps
     mean = {k: sum(s[k] for s in steps) / len(steps) for k in ("total", *PHASES)}
     gen_s = sum(s["generation"] for s in steps)
     peak = _vm_hwm()
@@ -207,6 +234,7 @@ def worker(arm: str, extra: list[str]) -> dict[str, Any]:
             ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=ROOT
         ).stdout.strip(),
         "steps": len(steps),
+        "warmup": warmup,
         "build_s": round(build_s, 1),
         "model_build_s": round(timings.get("model_build_s", float("nan")), 1),
         "step_s": round(mean["total"], 1),
@@ -222,6 +250,9 @@ def worker(arm: str, extra: list[str]) -> dict[str, Any]:
         },
         "plan_phases_gib": json.dumps(phases),
         "threads": torch.get_num_threads(),
+        "device": torch.cuda.get_device_name() if torch.cuda.is_available() else "cpu",
+        "cuda_peak_gib": round(torch.cuda.max_memory_allocated() / GIB, 3) if torch.cuda.is_available() else "",
+        "cuda_limit_gib": cuda_limit_gib or "",
         "overrides": " ".join(overrides),
     }
 
@@ -231,6 +262,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("arms", nargs="*")
     parser.add_argument("--set", action="append", default=[], help="an extra override for every arm")
     parser.add_argument("--out", default=str(HERE / "results" / "runs.csv"))
+    parser.add_argument("--cuda-limit-gib", type=float, help="torch.cuda.set_per_process_memory_fraction to this")
+    parser.add_argument("--warmup", type=int, default=0, help="steps left out of the per-step means")
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--list", action="store_true")
     args = parser.parse_args(argv)
@@ -242,13 +275,16 @@ def main(argv: list[str] | None = None) -> int:
     if unknown or not args.arms:
         parser.error(f"arms: one or more of {', '.join(ARMS)} (got {unknown or 'none'})")
     if args.worker:
-        print(json.dumps(worker(args.arms[0], args.set)))
+        print(json.dumps(worker(args.arms[0], args.set, args.cuda_limit_gib, args.warmup)))
         return 0
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     status = 0
     for arm in args.arms:
         cmd = [sys.executable, str(Path(__file__)), "--worker", arm, *[f"--set={s}" for s in args.set]]
+        if args.cuda_limit_gib:
+            cmd.append(f"--cuda-limit-gib={args.cuda_limit_gib}")
+        cmd.append(f"--warmup={args.warmup}")
         env = {**os.environ, "PYTHONUNBUFFERED": "1", "HF_HUB_OFFLINE": "1", "TRANSFORMERS_VERBOSITY": "error"}
         proc = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=ROOT)
         lines = [line for line in proc.stdout.splitlines() if line.startswith("{")]
@@ -258,13 +294,20 @@ def main(argv: list[str] | None = None) -> int:
             continue
         row = json.loads(lines[-1])
         print(json.dumps(row))
-        new = not out.exists()
-        with out.open("a", newline="") as f:
-            writer = csv.DictWriter(f, fieldnames=FIELDS)
-            if new:
-                writer.writeheader()
-            writer.writerow(row)
+        append_row(out, row)
     return status
+
+
+def append_row(out: Path, row: dict[str, Any]) -> None:
+    """Append `row` to the CSV at `out`, rewriting it under FIELDS when it was written with other columns."""
+    rows = []
+    if out.exists():
+        with out.open(newline="") as f:
+            rows = list(csv.DictReader(f))
+    with out.open("w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=FIELDS, restval="", extrasaction="ignore")
+        writer.writeheader()
+        writer.writerows([*rows, row])
 
 
 if __name__ == "__main__":

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# bash experiments/gpu/checks.sh [NAME...]   (on one CUDA GPU: the checks of ../shared/GPU_CHECKS.md, issue 23)
+# bash experiments/gpu/checks.sh [NAME...]   (on one CUDA GPU: the checks of ../shared/GPU_CHECKS.md, issues 23, 57)
 #
 # Runs the GPU checks in priority order inside a wall-clock budget (CHECKS_BUDGET_S, default 470 s), so that a short
 # device lease ends with the most important numbers rather than a killed run: a check is skipped when less time is
@@ -50,6 +50,16 @@ WANT=("$@")
 check env 20 bash -c "nvidia-smi -L; $PY -c 'import torch, triton, transformers, trl, peft, accelerate, datasets, pyarrow;
 print(torch.__version__, torch.version.cuda, torch.cuda.get_device_name(), triton.__version__, transformers.__version__,
 trl.__version__, peft.__version__, accelerate.__version__, datasets.__version__, pyarrow.__version__)'; git log -1 --format=%h 2>/dev/null"
+# issue 57 (GPU_CHECKS item 1): gpt-oss-20b's full shape, GRPO LoRA, experts native MXFP4 vs dequantized to bf16, native
+# again as a 24 GiB (rtx4090) and a 40 GiB (a100_40gb) card, plain TRL on the dequantized model as the anchor
+G20B=(experiments/gpt_oss_20b/run.py --warmup 1 --out "$OUT/gpt_oss_20b.csv")
+check gpt_oss_native 240 $PY "${G20B[@]}" gpt_oss_20b_grpo_lora_cuda_native
+check gpt_oss_dequantize 240 $PY "${G20B[@]}" gpt_oss_20b_grpo_lora_cuda_dequantize
+check gpt_oss_native_24g 200 $PY "${G20B[@]}" --cuda-limit-gib 24 gpt_oss_20b_grpo_lora_cuda_native
+check gpt_oss_native_40g 200 $PY "${G20B[@]}" --cuda-limit-gib 40 gpt_oss_20b_grpo_lora_cuda_native
+check gpt_oss_trl 240 $PY -m posttrain.bench grpo_step --model gpt_oss --set model.tiny=true --set hw=h200 \
+    --set model.mxfp4=dequantize --batch 8 --num-generations 4 --completion-length 64 --steps 3 --warmup 1 \
+    --rounds 1 --paths trl,posttrain --variant native:model.mxfp4=native
 check loss_2048 110 $PY -m posttrain.bench grpo_loss --device cuda --dtype bf16 --shape 2048,2880,201088 --rounds 1
 check gen_check 110 $PY -m posttrain.bench generation "${TINY[@]}" --check
 check step 200 $PY -m posttrain.bench grpo_step "${TINY[@]}" --steps 8 --warmup 3 --rounds 1 \

@@ -91,6 +91,43 @@ def test_step_timer_attributes_each_phase():
     assert sum(s["total"] for s in timer.steps) <= wall - SLEEP["log"] + 1e-3
 
 
+class FakePlainTrainer:
+    """An HF Trainer without generation (D2L, contrastive): one training step (loss + backward) and the optimizer."""
+
+    def __init__(self):
+        self.callbacks = []
+        self.add_callback = self.callbacks.append
+
+    def _prepare_inputs(self, batch):
+        return batch
+
+    def training_step(self, model, inputs, n):
+        self._prepare_inputs(inputs)
+        time.sleep(SLEEP["loss"])
+
+    def _maybe_log_save_evaluate(self, *args):
+        pass
+
+    def train(self):
+        for cb in self.callbacks:
+            cb.on_step_begin(None, None, None)
+        self.training_step(None, None, None)
+        time.sleep(SLEEP["opt"])
+        for cb in self.callbacks:
+            cb.on_step_end(None, None, None)
+        self._maybe_log_save_evaluate()
+
+
+def test_step_timer_on_a_trainer_without_generation():
+    trainer = FakePlainTrainer()
+    timer = StepTimer.attach(trainer)
+    trainer.train()
+    (step,) = timer.steps
+    assert step["generation"] == step["scoring"] == step["rewards"] == 0.0
+    assert SLEEP["loss"] - 1e-3 <= step["loss_backward"] <= SLEEP["loss"] + 0.02
+    assert SLEEP["opt"] - 1e-3 <= step["optimizer"] <= SLEEP["opt"] + 0.02
+
+
 @pytest.fixture(scope="module")
 def tiny_runs(tmp_path_factory):
     """Both paths on tiny_llama, 2 optimizer steps each, in this process (knobs read before the next build: accelerate's

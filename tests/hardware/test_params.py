@@ -58,3 +58,19 @@ def test_expert_lora_adds_trainable(compose):
     assert experts.trainable > attn.trainable
     full = count_params(compose("model=tiny_gpt_oss", "model.lora.enabled=false"))
     assert full.trainable == full.total and full.adapters == 0
+
+
+@pytest.mark.parametrize("train", ["lora", "full"])
+def test_native_mxfp4_counts_experts_at_17_bytes_per_32_and_never_trainable(compose, train):
+    common = ("model=gpt_oss", f"model.lora.enabled={train == 'lora'}")
+    dense = count_params(compose(*common))
+    native = count_params(compose(*common, "model.mxfp4=native"))
+    assert native.total == dense.total and native.active == dense.active  # the same model, each weight once
+    expert_weights = 24 * 32 * 3 * 2880 * 2880  # gate_up [5760, 2880] + down [2880, 2880] per expert
+    assert native.mxfp4_bytes == expert_weights * 17 // 32 and dense.mxfp4_bytes == 0
+    assert dense.weight_bytes - native.weight_bytes == expert_weights * 2 - native.mxfp4_bytes
+    if train == "full":  # the experts' weights (and their frozen biases) drop out of what trains
+        expert_biases = 24 * 32 * (5760 + 2880)
+        assert dense.trainable - native.trainable == expert_weights + expert_biases
+    else:
+        assert native.trainable == dense.trainable

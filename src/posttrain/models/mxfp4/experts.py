@@ -233,16 +233,23 @@ def to_native(model: nn.Module, device: torch.device | str | None = None) -> nn.
     return model
 
 
+def mark_initialized(model: nn.Module) -> None:
+    """Tell transformers' `init_weights` to leave the native experts alone (it would look for the bf16 weights)."""
+    for _, module in experts_modules(model):
+        module._is_hf_initialized = True
+
+
 @torch.no_grad()
 def init_random_(model: nn.Module, std: float, seed: int) -> None:
-    """Random MXFP4 experts of about `std` (`codec.fill_random_`) and zero biases, marked initialised for transformers'
-    `init_weights` (which would otherwise look for the bf16 weights)."""
+    """Random MXFP4 experts of about `std` (`codec.fill_random_`, one seeded stream per tensor) and zero biases,
+    marked initialised (`mark_initialized`). Draws nothing from torch's global generator, so it may run beside
+    transformers' `init_weights` of the other parameters (posttrain.models.random_init does)."""
+    mark_initialized(model)
     for layer, (_, module) in enumerate(experts_modules(model)):
         for k, proj in enumerate(PROJECTIONS):
             stream = ((seed % 2**31) * 1_000_003 + layer) * len(PROJECTIONS) + k  # one stream per tensor and seed
             fill_random_(getattr(module, f"{proj}_blocks"), getattr(module, f"{proj}_scales"), std, stream)
             getattr(module, f"{proj}_bias").zero_()
-        module._is_hf_initialized = True
 
 
 @torch.no_grad()
