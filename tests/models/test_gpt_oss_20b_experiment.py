@@ -29,7 +29,7 @@ def test_worker_times_phases_and_compares_peak_rss_with_the_plan(tmp_path):
     run.ARMS["tiny"] = TINY_ARM
     row = run.worker("tiny", [])
     assert row["steps"] == 2 and row["step_s"] > 0 and row["generation_s"] > 0 and row["loss_backward_s"] > 0
-    assert row["generation_s"] + row["scoring_s"] + row["loss_backward_s"] <= row["step_s"] + 1e-6 + 0.1 * 3
+    assert row["generation_s"] + row["scoring_s"] + row["loss_backward_s"] <= row["step_s"] + 0.015
     assert 0 < row["plan_peak_gib"] < 2 and row["peak_rss_gib"] >= row["rss_train_gib"] > 0
     assert row["rss_over_plan"] == round(row["peak_rss_gib"] / row["plan_peak_gib"], 3)
     assert set(json.loads(row["plan_phases_gib"])) == {"train", "score", "generate", "step"}
