@@ -24,8 +24,9 @@ def newest(rows: list[dict[str, str]]) -> dict[str, dict[str, str]]:
 
 
 def _f(row: dict[str, str], key: str, digits: int = 1) -> str:
+    """The value with `digits` decimals; '-' where the run has none (no generation in D2L: 0)."""
     value = row.get(key, "")
-    return f"{float(value):.{digits}f}" if value not in ("", None) else "-"
+    return f"{float(value):.{digits}f}" if value not in ("", None) and float(value) else "-"
 
 
 def tables(rows: dict[str, dict[str, str]]) -> str:

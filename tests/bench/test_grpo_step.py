@@ -17,14 +17,39 @@ from posttrain.bench.step_timer import PHASES, StepTimer
 SLEEP = {"generation": 0.06, "scoring": 0.03, "rewards": 0.02, "prepare": 0.01, "loss": 0.05, "opt": 0.04, "log": 0.02}
 
 
-class FakeTrainer:
-    """The call structure of HF Trainer + TRL GRPOTrainer around one optimizer step, with known durations."""
+class FakePlainTrainer:
+    """The call structure of an HF Trainer without generation (D2L, contrastive) around optimizer steps."""
 
     def __init__(self):
         self.callbacks = []
 
     def add_callback(self, cb):
         self.callbacks.append(cb)
+
+    def _prepare_inputs(self, batch):
+        return batch
+
+    def training_step(self, model, inputs, n):
+        self._prepare_inputs(inputs)
+        time.sleep(SLEEP["loss"])
+
+    def _maybe_log_save_evaluate(self, *args):
+        pass
+
+    def train(self, steps: int = 1):
+        for _ in range(steps):
+            for cb in self.callbacks:
+                cb.on_step_begin(None, None, None)
+            self.training_step(None, None, None)
+            time.sleep(SLEEP["opt"])
+            for cb in self.callbacks:
+                cb.on_step_end(None, None, None)
+            self._maybe_log_save_evaluate()
+        self._maybe_log_save_evaluate()  # HF's end-of-epoch call: belongs to no step
+
+
+class FakeTrainer(FakePlainTrainer):
+    """... and of TRL's GRPOTrainer inside it, with known durations."""
 
     def _generate(self, prompts):
         time.sleep(SLEEP["generation"])
@@ -54,17 +79,6 @@ class FakeTrainer:
     def _maybe_log_save_evaluate(self, *args):
         time.sleep(SLEEP["log"])
 
-    def train(self, steps: int):
-        for _ in range(steps):
-            for cb in self.callbacks:
-                cb.on_step_begin(None, None, None)
-            self.training_step(None, None, None)
-            time.sleep(SLEEP["opt"])
-            for cb in self.callbacks:
-                cb.on_step_end(None, None, None)
-            self._maybe_log_save_evaluate()
-        self._maybe_log_save_evaluate()  # HF's end-of-epoch call: belongs to no step
-
 
 def test_step_timer_attributes_each_phase():
     trainer = FakeTrainer()
@@ -89,33 +103,6 @@ def test_step_timer_attributes_each_phase():
             assert seconds - 1e-3 <= step[phase] <= seconds + 0.02, (phase, step)
     # the end-of-epoch log call is not added to the last step: the steps cover the wall time minus that call only
     assert sum(s["total"] for s in timer.steps) <= wall - SLEEP["log"] + 1e-3
-
-
-class FakePlainTrainer:
-    """An HF Trainer without generation (D2L, contrastive): one training step (loss + backward) and the optimizer."""
-
-    def __init__(self):
-        self.callbacks = []
-        self.add_callback = self.callbacks.append
-
-    def _prepare_inputs(self, batch):
-        return batch
-
-    def training_step(self, model, inputs, n):
-        self._prepare_inputs(inputs)
-        time.sleep(SLEEP["loss"])
-
-    def _maybe_log_save_evaluate(self, *args):
-        pass
-
-    def train(self):
-        for cb in self.callbacks:
-            cb.on_step_begin(None, None, None)
-        self.training_step(None, None, None)
-        time.sleep(SLEEP["opt"])
-        for cb in self.callbacks:
-            cb.on_step_end(None, None, None)
-        self._maybe_log_save_evaluate()
 
 
 def test_step_timer_on_a_trainer_without_generation():
