@@ -2,16 +2,25 @@
 difference from the preset on the same seeds, and the accuracy after training on addition and on subtraction.
 
     python experiments/grpo_objectives/report.py [--arms a,b,...] [--plot experiments/grpo_objectives/gains.png]
+    python experiments/grpo_objectives/report.py --collect     # after run.py: the run dirs -> the two CSV files
 
-Reads results/<arm>/seed<S>/summary.json (written by run.py). CI: mean +- t(0.975, n-1) * sd / sqrt(n).
+Reads only results/runs.csv (one row per arm x seed: the run's held-out accuracy before and after training and its
+training runtime, from its summary.json; `commit`: the last commit that added or changed that summary.json, where
+the run's raw files are) and results/heldout.csv (one row per run x held-out problem: `run` as in runs.csv, `item`
+the problem's index in heldout_*.jsonl, its operation, + or -, and whether the reply was right before and after
+training). Writes the table to stdout and results/report.md, and the plot. `--collect` first builds both CSV files
+from the run dirs run.py writes (results/<arm>/seed<S>/summary.json and heldout_{before,after}.jsonl; git ignores
+them). CI: mean +- t(0.975, n-1) * sd / sqrt(n).
 """
 
 from __future__ import annotations
 
 import argparse
+import csv
 import json
 import math
 import statistics
+import subprocess
 import sys
 from pathlib import Path
 
@@ -20,27 +29,112 @@ from scipy import stats
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from run import ARMS, MAKE_TRAIN_ARM, base_arm
 
-RESULTS = Path(__file__).resolve().parent / "results"
+HERE = Path(__file__).resolve().parent
+RESULTS = HERE / "results"
+RUNS_CSV, HELDOUT_CSV, REPORT_MD = "runs.csv", "heldout.csv", "report.md"
+SUMMARY_FIELDS = ("heldout_acc_before", "heldout_acc_after", "runtime_s")  # the summary.json values the report uses
+RUN_COLUMNS = ("run", "arm", "seed", *SUMMARY_FIELDS, "commit")
+HELDOUT_COLUMNS = ("run", "item", "operation", "correct_before", "correct_after")
+COMMAND = "python experiments/grpo_objectives/report.py"
 FULL_FT_GAIN = 0.28  # full fine-tuning's mean gain over seeds 0-2 (experiments/grpo_smollm2), the issue's bar
 
 
-def load() -> dict[str, dict[int, dict]]:
+def operation(question: str) -> str:
+    return "-" if " - " in question else "+"
+
+
+def _answers(path: Path) -> list[tuple[str, float]]:
+    """(question, correct) per line of a heldout_*.jsonl; none when the run wrote no such file."""
+    rows = map(json.loads, path.read_text().splitlines() if path.exists() else [])
+    return [(row["prompt"][-1]["content"], float(row["correct"])) for row in rows]
+
+
+def _number(value: float | None) -> str:
+    """0 and 1 as such (the table's size), any other score exactly; blank where the run has no answer."""
+    if value is None:
+        return ""
+    return str(int(value)) if value in (0.0, 1.0) else repr(value)
+
+
+def _commits(results: Path) -> dict[Path, str]:
+    """summary.json -> the last commit that added or changed it (none outside a git checkout, or not committed)."""
+    try:
+        out = subprocess.run(
+            ["git", "log", "--diff-filter=AM", "--format=%x00%h", "--name-only", "--", "."],
+            cwd=results,
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
+        top = subprocess.run(
+            ["git", "rev-parse", "--show-toplevel"], cwd=results, capture_output=True, text=True, check=True
+        ).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return {}
+    commits: dict[Path, str] = {}
+    for block in out.split("\0")[1:]:
+        commit, *paths = block.strip().splitlines()
+        for path in paths:
+            if path.endswith("summary.json"):
+                commits.setdefault((Path(top) / path).resolve(), commit)  # newest first: keep the first seen
+    return commits
+
+
+def collect(results: Path = RESULTS) -> tuple[Path, Path]:
+    """results/<arm>/seed<S>/ -> results/runs.csv and results/heldout.csv (runs in the order of their paths)."""
+    commits = _commits(results)
+    runs, items = [], []
+    for run, summary in enumerate(sorted(results.glob("*/seed*/summary.json"))):
+        folder = summary.parent
+        values = json.loads(summary.read_text())
+        runs.append(
+            {"run": run, "arm": folder.parent.name, "seed": int(folder.name.removeprefix("seed"))}
+            | {key: values[key] for key in SUMMARY_FIELDS}
+            | {"commit": commits.get(summary.resolve(), "")}
+        )
+        before, after = _answers(folder / "heldout_before.jsonl"), _answers(folder / "heldout_after.jsonl")
+        if before and after and [q for q, _ in before] != [q for q, _ in after]:
+            raise ValueError(f"{folder}: heldout_before.jsonl and heldout_after.jsonl ask different problems")
+        for item in range(max(len(before), len(after))):
+            question = (before or after)[item][0]
+            correct = [answers[item][1] if answers else None for answers in (before, after)]
+            items.append([run, item, operation(question), *map(_number, correct)])
+    paths = results / RUNS_CSV, results / HELDOUT_CSV
+    with paths[0].open("w", newline="") as f:
+        writer = csv.DictWriter(f, RUN_COLUMNS, lineterminator="\n")
+        writer.writeheader()
+        writer.writerows(runs)
+    with paths[1].open("w", newline="") as f:
+        writer = csv.writer(f, lineterminator="\n")
+        writer.writerow(HELDOUT_COLUMNS)
+        writer.writerows(items)
+    return paths
+
+
+def load(results: Path = RESULTS) -> tuple[dict[str, dict[int, dict]], dict[tuple[str, int], list[tuple[str, float]]]]:
+    """From the two CSV files: arm -> seed -> the run's summary values (runs.csv's order), and (arm, seed) -> the
+    (operation, correct) of each held-out reply after training."""
     runs: dict[str, dict[int, dict]] = {}
-    for summary in sorted(RESULTS.glob("*/seed*/summary.json")):
-        arm, seed = summary.parent.parent.name, int(summary.parent.name.removeprefix("seed"))
-        runs.setdefault(arm, {})[seed] = json.loads(summary.read_text())
-    return runs
+    key: dict[str, tuple[str, int]] = {}
+    with (results / RUNS_CSV).open(newline="") as f:
+        for row in csv.DictReader(f):
+            arm, seed = row["arm"], int(row["seed"])
+            runs.setdefault(arm, {})[seed] = {field: float(row[field]) for field in SUMMARY_FIELDS}
+            key[row["run"]] = arm, seed
+    after: dict[tuple[str, int], list[tuple[str, float]]] = {}
+    with (results / HELDOUT_CSV).open(newline="") as f:
+        for row in csv.DictReader(f):
+            if row["correct_after"] != "":
+                after.setdefault(key[row["run"]], []).append((row["operation"], float(row["correct_after"])))
+    return runs, after
 
 
-def by_operation(arm: str, seeds: list[int]) -> dict[str, float]:
-    """Held-out accuracy after training per operation ("+", "-"), over the seeds' heldout_after.jsonl."""
+def by_operation(after: dict[tuple[str, int], list[tuple[str, float]]], arm: str, seeds: list[int]) -> dict[str, float]:
+    """Held-out accuracy after training per operation ("+", "-"), over the seeds' replies."""
     right: dict[str, list[float]] = {"+": [], "-": []}
     for seed in seeds:
-        path = RESULTS / arm / f"seed{seed}" / "heldout_after.jsonl"
-        for row in map(json.loads, path.read_text().splitlines() if path.exists() else []):
-            question = row["prompt"][-1]["content"]
-            op = "-" if " - " in question else "+"
-            right[op].append(float(row["correct"]))
+        for op, correct in after.get((arm, seed), []):
+            right[op].append(correct)
     return {op: statistics.fmean(v) if v else math.nan for op, v in right.items()}
 
 
@@ -52,29 +146,28 @@ def ci(values: list[float]) -> tuple[float, float, float]:
     return mean, mean - half, mean + half
 
 
-def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--arms", help="comma list (default: all with results)")
-    p.add_argument("--plot", default=str(Path(__file__).resolve().parent / "gains.png"))
-    p.add_argument("--plot-min-seeds", type=int, default=3, help="arms with fewer seeds are left out of the plot")
-    args = p.parse_args()
-    runs = load()
-    arms = args.arms.split(",") if args.arms else [a for a in ARMS if a in runs] + [a for a in runs if a not in ARMS]
-    gains = {
+def gains_of(runs: dict[str, dict[int, dict]], arms: list[str]) -> dict[str, dict[int, float]]:
+    """arm -> seed -> held-out accuracy after training minus before, seeds in order."""
+    return {
         arm: {s: r["heldout_acc_after"] - r["heldout_acc_before"] for s, r in sorted(runs.get(arm, {}).items())}
         for arm in arms
     }
-    print(
+
+
+def table(runs: dict[str, dict[int, dict]], after: dict, arms: list[str]) -> list[str]:
+    """The report's markdown table, one line per arm with runs."""
+    gains = gains_of(runs, arms)
+    lines = [
         "| arm | seeds | after (mean) | after: + / - | gain mean [95% CI] | min gain | vs its base, paired [95% CI] "
-        "| s per run |"
-    )
-    print("|---|---|---|---|---|---|---|---|")
+        "| s per run |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
     for arm in arms:
         g = gains[arm]
         if not g:
             continue
         mean, lo, hi = ci(list(g.values()))
-        after = statistics.fmean(runs[arm][s]["heldout_acc_after"] for s in g)
+        after_mean = statistics.fmean(runs[arm][s]["heldout_acc_after"] for s in g)
         base_name = base_arm(arm)
         base = gains.get(base_name) or {
             s: r["heldout_acc_after"] - r["heldout_acc_before"] for s, r in runs.get(base_name, {}).items()
@@ -86,18 +179,22 @@ def main() -> None:
             paired = f"{d:+.3f} [{dlo:+.3f}, {dhi:+.3f}] vs {base_name} (n={len(shared)})"
         runtime = statistics.fmean(runs[arm][s]["runtime_s"] for s in g)
         seeds_ = ",".join(str(s) for s in g)
-        ops = by_operation(arm, list(g))
-        print(
-            f"| {arm} | {seeds_} | {after:.3f} | {ops['+']:.2f} / {ops['-']:.2f} | "
+        ops = by_operation(after, arm, list(g))
+        lines.append(
+            f"| {arm} | {seeds_} | {after_mean:.3f} | {ops['+']:.2f} / {ops['-']:.2f} | "
             f"{mean:+.3f} [{lo:+.3f}, {hi:+.3f}] | {min(g.values()):+.3f} | "
             f"{paired} | {runtime:.0f} |"
         )
+    return lines
+
+
+def plot(gains: dict[str, dict[int, float]], path: str, min_seeds: int) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    shown = [a for a in arms if len(gains[a]) >= args.plot_min_seeds]
+    shown = [a for a in gains if len(gains[a]) >= min_seeds]
     fig, ax = plt.subplots(figsize=(9, 0.4 * len(shown) + 1.5))
     for i, arm in enumerate(shown):
         values = list(gains[arm].values())
@@ -112,12 +209,34 @@ def main() -> None:
     ax.set_xlabel("held-out accuracy gain (200 problems)")
     ax.set_title(
         "GRPO + LoRA on SmolLM2-135M, make-train configuration\n"
-        f"gain per seed (grey), mean, 95% CI; arms with >= {args.plot_min_seeds} seeds; orange: the preset",
+        f"gain per seed (grey), mean, 95% CI; arms with >= {min_seeds} seeds; orange: the preset",
         fontsize=10,
     )
     ax.legend(loc="upper left", fontsize=8)
     fig.tight_layout()
-    fig.savefig(args.plot, dpi=120)
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def main(argv: list[str] | None = None) -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--arms", help="comma list (default: all with results)")
+    p.add_argument("--plot", default=str(HERE / "gains.png"))
+    p.add_argument("--plot-min-seeds", type=int, default=3, help="arms with fewer seeds are left out of the plot")
+    p.add_argument("--results", type=Path, default=RESULTS, help="the folder of runs.csv and heldout.csv")
+    p.add_argument("--report", type=Path, help="the markdown table (default: <results>/report.md)")
+    p.add_argument("--collect", action="store_true", help="first build the CSV files from <results>/<arm>/seed<S>/")
+    args = p.parse_args(argv)
+    if args.collect:
+        for path in collect(args.results):
+            print(f"collected: {path}", file=sys.stderr)
+    runs, after = load(args.results)
+    arms = args.arms.split(",") if args.arms else [a for a in ARMS if a in runs] + [a for a in runs if a not in ARMS]
+    lines = table(runs, after, arms)
+    print("\n".join(lines))
+    command = COMMAND + (f" --arms {args.arms}" if args.arms else "")
+    (args.report or args.results / REPORT_MD).write_text("\n".join([f"<!-- {command} -->", *lines]) + "\n")
+    plot(gains_of(runs, arms), args.plot, args.plot_min_seeds)
     print(f"plot: {args.plot}")
 
 

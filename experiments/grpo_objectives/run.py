@@ -7,7 +7,9 @@ summary.json exists is skipped).
 Every run: `python train.py +experiment=grpo_smollm2_add <BASE, then the arm's overrides> seed=S`, into
 experiments/grpo_objectives/results/<arm>/seed<S>/ (config.yaml, metrics.jsonl, summary.json with the held-out
 accuracy before and after, the run's log); checkpoints are not kept. `--jobs N` runs N at a time, each with
-`hw.threads=T` (on 2 cores: `--jobs 2 --threads 1`; fp32 results do not depend on the thread count).
+`hw.threads=T` (on 2 cores: `--jobs 2 --threads 1`; fp32 results do not depend on the thread count). The run dirs
+stay out of git: `python experiments/grpo_objectives/report.py --collect` compacts them into results/runs.csv and
+results/heldout.csv, the files the report reads.
 """
 
 from __future__ import annotations
