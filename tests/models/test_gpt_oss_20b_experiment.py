@@ -31,7 +31,7 @@ def test_worker_times_phases_and_compares_peak_rss_with_the_plan(tmp_path):
     assert row["steps"] == 2 and row["step_s"] > 0 and row["generation_s"] > 0 and row["loss_backward_s"] > 0
     assert row["generation_s"] + row["scoring_s"] + row["loss_backward_s"] <= row["step_s"] + 0.015
     assert 0 < row["plan_peak_gib"] < 2 and row["peak_rss_gib"] >= row["rss_train_gib"] > 0
-    assert row["rss_over_plan"] == round(row["peak_rss_gib"] / row["plan_peak_gib"], 3)
+    assert abs(row["rss_over_plan"] - row["peak_rss_gib"] / row["plan_peak_gib"]) < 0.01  # from unrounded GiB
     assert set(json.loads(row["plan_phases_gib"])) == {"train", "score", "generate", "step"}
     out = tmp_path / "runs.csv"
     with out.open("w", newline="") as f:  # a file from an earlier version, with fewer columns
