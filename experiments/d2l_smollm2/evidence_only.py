@@ -8,7 +8,8 @@ one-fact document), paired question by question:
         --hypernets .gpu/2026-11-28_facts3_sentences_hypernet,.gpu/2026-11-28_facts3_sentences_s1_hypernet,... \\
         --out experiments/d2l_smollm2/results/probes/evidence_only/facts3_sentences_h200
 
-`--config`: a run's config.yaml, which fixes the data, model and reading (`--set key=value ...` overrides it);
+`--config`: a run's config.yaml, which fixes the data, model and reading (`--set key=value ...` overrides it; the
+raw run folders of the example are not in git since 2026-12-01: any run's config.yaml on the same data);
 `--hypernets`: one per seed, in seed order. `--whole`: earlier `mode=eval` runs of the same questions,
 s<seed>/eval.json (without it the whole documents are evaluated here, <out>/s<seed>_whole/). Writes
 <out>/s<seed>/eval.json (the one-sentence documents: D2L, the other document's LoRA, and in context for the first

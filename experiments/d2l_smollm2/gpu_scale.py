@@ -64,11 +64,11 @@ SENTENCES = ["algo.encoder.chunking=sentences", "algo.encoder.max_doc_length=32"
 ARMS: dict[str, list[str]] = {
     # the preset's documents: 9 facts, 4 questions (3 one-fact, 1 bridge), training documents of 1-3 chunks
     "facts9": ["data.num_train=8000"],
-    # the CPU probes' documents (README, "What is missing"): 3 and 1 fact, one chunk, one-fact questions
+    # the CPU probes' documents (LOG.md, 2026-11-26): 3 and 1 fact, one chunk, one-fact questions
     "facts3": ["data.num_train=10000", "++data.params.num_facts=3", "++data.params.single_hop=3", *ONE_CHUNK],
     "fact1": ["data.num_train=30000", "++data.params.num_facts=1", "++data.params.single_hop=1", *ONE_CHUNK],
     # facts3 read one sentence (one fact) per chunk: with --init of a fact1 hypernet, a curriculum whose second stage
-    # starts where one-fact documents left the hypernet (a CPU probe: README, "What is missing")
+    # starts where one-fact documents left the hypernet (a CPU probe: LOG.md, 2026-11-27)
     "facts3_sentences": [
         "data.num_train=10000",
         "++data.params.num_facts=3",
@@ -90,7 +90,7 @@ ARMS: dict[str, list[str]] = {
     # questions, without filler, one sentence per chunk
     "facts9_sentences": ["data.num_train=8000", "data.params.train_doc_tokens=0", *SENTENCES],
     # one fact hidden among filler in training documents of 1-8 chunks (up to 2x the 512-token window): what reading
-    # a long document needs (a hypernet trained on one chunk sums 8 chunks' LoRAs into nonsense: README)
+    # a long document needs (a hypernet trained on one chunk sums 8 chunks' LoRAs into nonsense: LOG.md)
     "fact1_chunks": [
         "data.num_train=30000",
         "++data.params.num_facts=1",

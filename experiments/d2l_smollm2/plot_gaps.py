@@ -6,6 +6,7 @@ emits one LoRA for every document) against the training step, one line per run.
         "after one-fact documents=results/probes/curriculum_fact1_then_facts3/stage2_facts3_1000steps" --out gaps.png
 
 `LABEL=RUN_DIR@STEP` draws a run that continued another (`algo.init_hypernet`) from STEP on: its step 0 is STEP.
+A RUN_DIR is a raw run folder (its eval_metrics.jsonl): those of the examples are not in git since 2026-12-01.
 """
 
 from __future__ import annotations

@@ -1,32 +1,52 @@
-"""Tables and the accuracy-vs-length plot of experiments/d2l_smollm2 from the files its runs leave (run.sh):
+"""Tables and plots of experiments/d2l_smollm2 (issue 27), from the compact per-question tables under results/:
 
-    python experiments/d2l_smollm2/report.py                       # results/open_facts -> report.md + png
-    python experiments/d2l_smollm2/report.py --results <dir>       # e.g. runs/d2l_smollm2_tiny/results
+    python experiments/d2l_smollm2/report.py              # results/*.csv -> results/report.md and the plots
+    python experiments/d2l_smollm2/report.py --collect    # the raw run folders of SOURCES -> results/*.csv
+    python experiments/d2l_smollm2/report.py --collect NAME=DIR ...     # add or replace sources in the CSVs
+    python experiments/d2l_smollm2/report.py --results DIR [--rows ...] [--docs ...]   # one raw folder (below)
 
-Reads <dir>/s<seed>/eval.json (the held-out documents, the facts alone, evaluated after training) and
-<dir>/s<seed>_x<k>/eval.json (the same documents and questions among filler, k x the context window), with
-summary.json, time_v.txt and loadavg.txt beside them. Every number is recomputed from the per-question rows of
-eval.json. Seeds are pooled question by question (the held-out questions are the same for every seed): a question's
-value is its mean over the seeds, and the 95% interval is a percentile bootstrap that resamples documents (the
-questions about one document are not independent; `posttrain.analysis.stats.bootstrap_ci`); the spread between
-seeds is shown beside it. Differences are paired over the same questions. Writes <dir>/report.md and
-<dir>/accuracy_vs_length.png. `--rows [x2:]cd=<eval.json>` adds a condition's rows from a run on the same questions and
-documents (a baseline run once, elsewhere: context distillation on a CPU beside D2L's seeds on a GPU), to every set
-or to one; `--docs N` keeps the questions about the first N documents (where such a baseline ran on those only),
-`--docs A:B` those about documents A to B-1 (documents added to a set later, alone); `--out` writes elsewhere.
-report.md's first line is the command that wrote it, with `--note` (where the runs came from) beside it.
+The default mode reads only results/runs.csv, results/fit.csv and results/long.csv and writes results/report.md
+(its first line: the command) with the must-show table of README.md and one section per SECTION, and the plots of
+PLOTS (`--out` writes them elsewhere; the first line leaves `--out` out: the same content). Each section is what
+`--results` printed for the raw folders before they left git (2026-12-01), its command beside it.
+
+`--collect` builds the CSVs from raw run folders (those of SOURCES, which stay on the disk of whoever ran them, or
+NAME=DIR: future runs): a source is a folder of s<seed>[_x<k>]/ runs (a run group) or one run (eval.json in it: a
+baseline that reads no hypernet, run once and paired with every seed). runs.csv has a row per run (eval.json's
+timing, summary.json's steps and runtime, time_v.txt and loadavg.txt, the question list's fingerprint, the commit
+that last wrote its eval.json); fit.csv a row per (source, run, question, condition) on the documents that fit (the
+facts alone: every metric); long.csv the same among filler at k x the window, with what the tables read there
+(LENGTH_CONDITIONS; accuracy, F1, answer NLL and tokens: the other-entity control and exact match stay in the raw
+eval.json). Floats keep 6 significant digits (every figure of the report is the same as from the raw files).
+
+`--results DIR` reads DIR/s<seed>/eval.json (the held-out documents, the facts alone, evaluated after training) and
+DIR/s<seed>_x<k>/eval.json (the same documents and questions among filler, k x the context window), with
+summary.json, time_v.txt and loadavg.txt beside them, and writes DIR/report.md and DIR/accuracy_vs_length.png (a run
+before it is collected; run.sh's folders). Every number is recomputed from the per-question rows. Seeds are pooled
+question by question (the held-out questions are the same for every seed): a question's value is its mean over the
+seeds, and the 95% interval is a percentile bootstrap that resamples documents (the questions about one document
+are not independent; `posttrain.analysis.stats.bootstrap_ci`); the spread between seeds is shown beside it.
+Differences are paired over the same questions. `--rows [x2:]cd=<eval.json>` adds a condition's rows from a run on
+the same questions and documents (a baseline run once, elsewhere: context distillation on a CPU beside D2L's seeds on
+a GPU), to every set or to one; `--docs N` keeps the questions about the first N documents (where such a baseline
+ran on those only), `--docs A:B` those about documents A to B-1 (documents added to a set later, alone); `--out`
+writes elsewhere. report.md's first line is the command that wrote it, with `--note` (where the runs came from)
+beside it.
 """
 
 from __future__ import annotations
 
 import argparse
+import csv
+import hashlib
 import json
 import re
 import shlex
 import statistics
+import subprocess
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from posttrain.algos.d2l.binding import OTHER_ENTITY
 from posttrain.algos.d2l.config import EVAL_CONDITIONS
@@ -54,41 +74,43 @@ def load_runs(res: Path) -> dict[str, dict[int, dict[str, Any]]]:
     """{set: {seed: run}} for the s<seed> and s<seed>_x<k> folders of `res` that hold an eval.json."""
     out: dict[str, dict[int, dict[str, Any]]] = {}
     for folder in sorted(res.iterdir()):
-        m = re.fullmatch(r"s(\d+)(?:_x(\d+))?", folder.name)
+        m = RUN_NAME.fullmatch(folder.name)
         if not m or not (folder / "eval.json").is_file():
             continue
-        run: dict[str, Any] = {"name": folder.name, "eval": json.loads((folder / "eval.json").read_text())}
-        summary = folder / "summary.json"
-        run["summary"] = json.loads(summary.read_text()) if summary.is_file() else {}
-        run.update(_cost(folder))
-        out.setdefault(FACTS if m.group(2) is None else f"x{m.group(2)}", {})[int(m.group(1))] = run
-    order = {FACTS: 0}
-    return dict(sorted(out.items(), key=lambda kv: order.get(kv[0], int(kv[0][1:]) if kv[0][1:].isdigit() else 99)))
+        out.setdefault(FACTS if m.group(2) is None else f"x{m.group(2)}", {})[int(m.group(1))] = _raw_run(folder)
+    return _ordered(out)
 
 
-def add_rows(sets: dict[str, dict[int, dict[str, Any]]], conds: list[str], eval_json: Path) -> None:
-    """Give every run of `sets` the per-question rows of `conds` from another run's eval.json on the same questions:
-    a baseline that does not depend on D2L's seed and ran once, elsewhere (context distillation on a CPU)."""
-    other = json.loads(eval_json.read_text())
+def add_rows(sets: dict[str, dict[int, dict[str, Any]]], conds: list[str], other: Path | dict[str, Any]) -> None:
+    """Give every run of `sets` the per-question rows of `conds` from another run on the same questions (its
+    eval.json, or the eval dict of a run read from the CSVs): a baseline that does not depend on D2L's seed and ran
+    once, elsewhere (context distillation on a CPU)."""
+    label = other if isinstance(other, Path) else "the baseline's rows"
+    if isinstance(other, Path):
+        other = json.loads(other.read_text())
     rows = other["per_question"]
     for runs in sets.values():
         for run in runs.values():
             mine = run["eval"]["per_question"]
             if [(r["question"], r["doc_tokens"]) for r in mine] != [(r["question"], r["doc_tokens"]) for r in rows]:
-                raise ValueError(f"{eval_json}: other questions or documents than {run['name']}'s")
+                raise ValueError(f"{label}: other questions or documents than {run['name']}'s")
             for row, extra in zip(mine, rows, strict=True):
                 row.update({cond: extra[cond] for cond in conds if cond in extra})  # CD: cd_max_docs only
             run["eval"]["conditions"] = [*run["eval"]["conditions"], *conds]
             run["eval"].update({k: other[k] for c in conds for k in COST_KEYS.get(c, ()) if k in other})
 
 
-def rows_option(sets: dict[str, dict[int, dict[str, Any]]], spec: str) -> None:
-    """`--rows [SET:]COND[,COND]=EVAL_JSON` (SET: facts, x2, ...; every set when left out)."""
-    target, _, path = spec.partition("=")
+def rows_option(
+    sets: dict[str, dict[int, dict[str, Any]]], spec: str, baselines: dict[str, dict[str, Any]] | None = None
+) -> None:
+    """`--rows [SET:]COND[,COND]=EVAL_JSON` (SET: facts, x2, ...; every set when left out); with `baselines` (the
+    eval dicts of the runs read from the CSVs, by source name) the right-hand side names one of them instead."""
+    target, _, ref = spec.partition("=")
     where, _, conds = target.rpartition(":")
     if where and where not in sets:
         raise SystemExit(f"--rows {spec}: no set {where} (have {', '.join(sets)})")
-    add_rows({k: v for k, v in sets.items() if k == where or not where}, conds.split(","), Path(path))
+    other = Path(ref) if baselines is None else baselines[ref]
+    add_rows({k: v for k, v in sets.items() if k == where or not where}, conds.split(","), other)
 
 
 def _cost(folder: Path) -> dict[str, Any]:
@@ -464,9 +486,464 @@ def command_line(argv: list[str], note: str | None, script: str = "experiments/d
     return f"<!-- {line}{f' ({note})' if note else ''} -->\n\n"
 
 
+# --- the compact tables: results/runs.csv, fit.csv, long.csv ---
+
+RESULTS = HERE / "results"
+REPO_RESULTS = "experiments/d2l_smollm2/results"  # RESULTS as the commands name it, from the repository root
+RUN_NAME = re.compile(r"s(\d+)(?:_x(\d+))?")
+ONE_RUN = "-"  # the `run` of a source that is one run (a baseline)
+BASE = "gpu_seeds_2026-11-27_h200/cpu_baselines"
+BASELINES = (  # under BASE: the CPU runs that read no hypernet, paired with the seeds of the long documents
+    "facts_format_lora", "x2_48docs", "x2_cd_48docs", "x4_48docs", "x4_full_48docs", "x4_cd_48docs", "x8_48docs",
+    "x8_full_48docs", "x2_96docs", "x4_96docs",
+)  # fmt: skip
+# what the report reads: name -> its raw folder under results/ (not in git since 2026-12-01)
+SOURCES: dict[str, str] = {
+    "fact1": "gpu_seeds_2026-11-27_h200/fact1",
+    "facts3": "cpu_2026-11-28_facts3_from_fact1_chunks/longer/unseen/more",
+    "chunks48": "gpu_2026-11-28_h200/fact1_chunks_cpu",
+    "chunks96": "gpu_2026-11-28_h200/fact1_chunks_cpu_96docs",
+    "chunks32": "cpu_2026-11-28_fact1_chunks32",
+    "cd_one_fact_48docs": "probes/cd_one_fact_48docs",
+    "cd_three_facts_48docs": "probes/cd_three_facts_48docs",
+    **{name: f"{BASE}/{name}" for name in BASELINES},
+}
+RUN_COLUMNS = (
+    "source", "path", "run", "seed", "set", "questions", "conditions", "context_window", "internalize_ms_per_doc",
+    "cd_ms_per_doc", "cd_docs", "format_lora_train_s", "final_step", "runtime_s", "wall", "cpu_s", "rss_gb",
+    "load_min", "load_mean", "load_max", "commit",
+)  # fmt: skip
+EVAL_KEYS = {"context_window": int, "internalize_ms_per_doc": float, "cd_ms_per_doc": float, "cd_docs": int,
+             "format_lora_train_s": float}  # fmt: skip
+SUMMARY_KEYS = {"final_step": int, "runtime_s": float}
+ITEM_COLUMNS = {"fit": ("doc", "kind", "hops", "doc_tokens", "in_window"), "long": ("doc", "doc_tokens", "in_window")}
+METRIC_COLUMNS = {
+    "fit": ("correct", "em", "f1", "nll", "tokens", "own_fact", "lora_value_margin", "lora_value_preferred"),
+    "long": ("correct", "f1", "nll", "tokens"),
+}
+
+
+def score_columns(table: str) -> tuple[str, ...]:
+    return ("source", "run", "item", *ITEM_COLUMNS[table], "condition", *METRIC_COLUMNS[table])
+
+
+def _raw_run(folder: Path) -> dict[str, Any]:
+    """One run folder: its eval.json, summary.json and cost files, as report.py's functions read a run."""
+    run: dict[str, Any] = {"name": folder.name, "eval": json.loads((folder / "eval.json").read_text())}
+    summary = folder / "summary.json"
+    run["summary"] = json.loads(summary.read_text()) if summary.is_file() else {}
+    run.update(_cost(folder))
+    return run
+
+
+def _set_of(folder: Path, name: str, ev: dict[str, Any]) -> str:
+    """facts (the documents that fit) or x<k> (among filler, k x the window): from the name of an s<seed>[_x<k>] run,
+    else from its config.yaml's data.params.eval_doc_tokens."""
+    m = RUN_NAME.fullmatch(name)
+    if m:
+        return FACTS if m.group(2) is None else f"x{m.group(2)}"
+    config = folder / "config.yaml"
+    found = re.search(r"^\s*eval_doc_tokens:\s*(\d+)\s*$", config.read_text(), re.M) if config.is_file() else None
+    tokens = int(found.group(1)) if found else 0
+    return f"x{tokens // (ev.get('context_window') or 512)}" if tokens else FACTS
+
+
+def _commit(path: Path) -> str:
+    """The commit that last wrote `path` (7 hex digits), '' outside git or where it never was."""
+    try:
+        out = subprocess.run(
+            ["git", "log", "-1", "--format=%H", "--", path.name], cwd=path.parent, capture_output=True, text=True
+        )
+    except OSError:
+        return ""
+    return out.stdout.strip()[:7] if out.returncode == 0 else ""
+
+
+def _num(value: Any) -> str:
+    """A per-question value for the CSV: 6 significant digits for floats, 1/0 for booleans, '' for none."""
+    if value is None:
+        return ""
+    if isinstance(value, bool):
+        return str(int(value))
+    if isinstance(value, float):
+        return f"{value:.6g}"
+    return str(value)
+
+
+def _exact(value: Any) -> str:
+    """A run-level value for the CSV, to the last digit."""
+    return "" if value is None else repr(value) if isinstance(value, float) else str(value)
+
+
+def fingerprint(rows: list[dict[str, Any]]) -> str:
+    """12 hex digits of the run's question list: runs paired by question must have the same."""
+    return hashlib.sha1("\n".join(r["question"] for r in rows).encode()).hexdigest()[:12]
+
+
+def _relative(folder: Path) -> str:
+    try:
+        return folder.resolve().relative_to(RESULTS.resolve()).as_posix()
+    except ValueError:
+        return str(folder)
+
+
+def collect_source(name: str, folder: Path) -> dict[str, list[list[str]]]:
+    """The CSV rows ({runs, fit, long}) of one source folder: a run group (s<seed>[_x<k>]/ runs, the seeds of a set
+    checked to ask the same questions) or one run."""
+    if (folder / "eval.json").is_file():
+        runs = [(ONE_RUN, folder, _raw_run(folder))]
+    else:
+        sets = load_runs(folder)
+        for seeds in sets.values():
+            _rows(seeds)
+        runs = [(run["name"], folder / run["name"], run) for seeds in sets.values() for _, run in sorted(seeds.items())]
+    if not runs:
+        raise SystemExit(f"{folder}: no eval.json, and no s<seed>[_x<k>]/eval.json")
+    out: dict[str, list[list[str]]] = {"runs": [], "fit": [], "long": []}
+    for run_name, run_dir, run in runs:
+        ev, summary, load = run["eval"], run["summary"], run.get("load") or (None, None, None)
+        rows = ev["per_question"]
+        the_set = _set_of(run_dir, run_name, ev)
+        m = RUN_NAME.fullmatch(run_name)
+        values = {
+            "source": name, "path": _relative(folder), "run": run_name, "seed": m.group(1) if m else "",
+            "set": the_set, "questions": fingerprint(rows), "conditions": ";".join(ev.get("conditions", [])),
+            **{k: ev.get(k) for k in EVAL_KEYS}, **{k: summary.get(k) for k in SUMMARY_KEYS},
+            "wall": run.get("wall"), "cpu_s": run.get("cpu_s"), "rss_gb": run.get("rss_gb"),
+            "load_min": load[0], "load_mean": load[1], "load_max": load[2], "commit": _commit(run_dir / "eval.json"),
+        }  # fmt: skip
+        out["runs"].append([_exact(values[c]) for c in RUN_COLUMNS])
+        table = "fit" if the_set == FACTS else "long"
+        for item, r in enumerate(rows):
+            meta = {"doc": r["doc"], "kind": r.get("kind"), "hops": r.get("hops"), "doc_tokens": r["doc_tokens"]}
+            meta["in_window"] = r.get("in_window")
+            conds = [c for c, v in r.items() if isinstance(v, dict) and (table == "fit" or c in LENGTH_CONDITIONS)]
+            if not conds:
+                raise ValueError(f"{run_dir}: question {item} has no condition for {table}.csv")
+            for cond in conds:
+                out[table].append(
+                    [name, run_name, str(item), *(_num(meta[c]) for c in ITEM_COLUMNS[table]), cond,
+                     *(_num(r[cond].get(k)) for k in METRIC_COLUMNS[table])]
+                )  # fmt: skip
+    return out
+
+
+def _csv_paths(csv_dir: Path) -> dict[str, Path]:
+    return {t: csv_dir / f"{t}.csv" for t in ("runs", "fit", "long")}
+
+
+def _header(table: str) -> tuple[str, ...]:
+    return RUN_COLUMNS if table == "runs" else score_columns(table)
+
+
+def collect(specs: list[str], csv_dir: Path = RESULTS, results: Path = RESULTS) -> dict[str, Path]:
+    """`--collect`: SOURCES' folders under `results` (no `specs`: the CSVs written anew) or NAME=DIR each (those
+    sources added to the CSVs, or put in place of the rows they had); the CSVs written."""
+    if specs:
+        bad = [s for s in specs if "=" not in s]
+        if bad:
+            raise SystemExit(f"--collect {bad[0]}: expected NAME=DIR")
+        sources = {n: Path(d) for n, _, d in (s.partition("=") for s in specs)}
+    else:
+        sources = {n: results / p for n, p in SOURCES.items()}
+    missing = [f"{n} ({d})" for n, d in sources.items() if not d.is_dir()]
+    if missing:
+        raise SystemExit(f"--collect: no such folder: {', '.join(missing)}")
+    paths = _csv_paths(csv_dir)
+    kept: dict[str, list[list[str]]] = {t: [] for t in paths}
+    if specs:  # the other sources' rows stay
+        for t, path in paths.items():
+            if path.is_file():
+                with path.open(newline="") as f:
+                    kept[t] = [row for row in list(csv.reader(f))[1:] if row[0] not in sources]
+    for name, folder in sources.items():
+        for t, rows in collect_source(name, folder).items():
+            kept[t] += rows
+    csv_dir.mkdir(parents=True, exist_ok=True)
+    for t, path in paths.items():
+        with path.open("w", newline="") as f:
+            writer = csv.writer(f, lineterminator="\n")
+            writer.writerow(_header(t))
+            writer.writerows(kept[t])
+    return paths
+
+
+def _value(text: str, kind: Any) -> Any:
+    return kind(text) if text != "" else None
+
+
+def _doc(text: str) -> int | str:
+    return int(text) if text.lstrip("-").isdigit() else text
+
+
+def read_tables(csv_dir: Path = RESULTS) -> dict[str, dict[str, dict[str, Any]]]:
+    """{source: {run name: run}} from the CSVs, each run as `--results` reads it from its folder (per-question rows in
+    eval.json's order; a row's `question` is the run's question fingerprint and its index) plus `set` and `path`."""
+    paths = _csv_paths(csv_dir)
+    absent = [p.name for p in paths.values() if not p.is_file()]
+    if absent:
+        raise SystemExit(f"{csv_dir}: no {', '.join(absent)} (report.py --collect writes them from raw run folders)")
+    tables: dict[str, dict[str, dict[str, Any]]] = {}
+    with paths["runs"].open(newline="") as f:
+        for row in csv.DictReader(f):
+            ev: dict[str, Any] = {"conditions": row["conditions"].split(";") if row["conditions"] else []}
+            ev.update({k: _value(row[k], kind) for k, kind in EVAL_KEYS.items() if row[k] != ""})
+            summary = {k: _value(row[k], kind) for k, kind in SUMMARY_KEYS.items() if row[k] != ""}
+            run: dict[str, Any] = {"name": row["run"] if row["run"] != ONE_RUN else row["source"], "eval": ev}
+            run.update(summary=summary, set=row["set"], path=row["path"], questions=row["questions"])
+            run.update(commit=row["commit"], items={})
+            for key, kind in (("wall", str), ("cpu_s", float), ("rss_gb", float)):
+                if row[key] != "":
+                    run[key] = kind(row[key])
+            if row["load_min"] != "":
+                run["load"] = tuple(float(row[k]) for k in ("load_min", "load_mean", "load_max"))
+            tables.setdefault(row["source"], {})[row["run"]] = run
+    for table in ("fit", "long"):
+        with paths[table].open(newline="") as f:
+            for row in csv.DictReader(f):
+                run = tables[row["source"]][row["run"]]
+                item = int(row["item"])
+                if item not in run["items"]:
+                    q: dict[str, Any] = {"doc": _doc(row["doc"]), "question": f"{run['questions']}#{item}"}
+                    q["doc_tokens"] = int(row["doc_tokens"])
+                    if row.get("kind"):
+                        q["kind"] = row["kind"]
+                    if row.get("hops"):
+                        q["hops"] = int(row["hops"])
+                    if row["in_window"] != "":
+                        q["in_window"] = row["in_window"] == "1"
+                    run["items"][item] = q
+                metrics = {k: float(row[k]) for k in METRIC_COLUMNS[table] if row[k] != "" and k != "tokens"}
+                if row["tokens"] != "":
+                    metrics["tokens"] = int(row["tokens"])
+                run["items"][item][row["condition"]] = metrics
+    for runs in tables.values():
+        for run in runs.values():
+            items = run.pop("items")
+            if sorted(items) != list(range(len(items))):
+                raise ValueError(f"{run['path']} {run['name']}: questions missing from the CSVs")
+            run["eval"]["per_question"] = [items[j] for j in range(len(items))]
+    return tables
+
+
+def group_sets(tables: dict[str, dict[str, dict[str, Any]]], source: str) -> dict[str, dict[int, dict[str, Any]]]:
+    """A run group of the CSVs as `load_runs` reads its folder: {set: {seed: run}}, the facts alone first."""
+    if source not in tables:
+        raise SystemExit(f"{source}: not in the CSVs (have {', '.join(tables)}); report.py --collect adds it")
+    out: dict[str, dict[int, dict[str, Any]]] = {}
+    for name, run in tables[source].items():
+        m = RUN_NAME.fullmatch(name)
+        if not m:
+            raise SystemExit(f"{source}: one run, not a group of s<seed>[_x<k>] runs")
+        out.setdefault(run["set"], {})[int(m.group(1))] = json.loads(json.dumps(run))  # a copy: --rows adds to it
+    return _ordered(out)
+
+
+def baselines(tables: dict[str, dict[str, dict[str, Any]]]) -> dict[str, dict[str, Any]]:
+    """The eval of each source that is one run, by source name: what `--rows` pairs with every seed."""
+    return {source: runs[ONE_RUN]["eval"] for source, runs in tables.items() if ONE_RUN in runs}
+
+
+def _ordered(sets: dict[str, dict[int, dict[str, Any]]]) -> dict[str, dict[int, dict[str, Any]]]:
+    order = {FACTS: 0}
+    return dict(sorted(sets.items(), key=lambda kv: order.get(kv[0], int(kv[0][1:]) if kv[0][1:].isdigit() else 99)))
+
+
+class Section(NamedTuple):
+    """One section of results/report.md: a run group with baselines paired by `rows` (`--rows` with a source of the
+    CSVs on the right) and `docs` (`--docs`), as `--results` reported the raw folders."""
+
+    key: str
+    title: str
+    source: str
+    rows: tuple[str, ...] = ()
+    docs: str = ""
+    note: str = ""
+
+
+ONE_FACT_BASE = "facts:no_context,in_context,cd=cd_one_fact_48docs"
+FULL_48 = ("x4:in_context=x4_full_48docs", "x8:in_context=x8_full_48docs")
+ROWS_96 = ("x2:no_context,in_context,in_context_truncated=x2_96docs", "x4:no_context,in_context_truncated=x4_96docs")
+SECTIONS = (
+    Section(
+        "fact1", "One-fact documents that fit: the H200's fact1 hypernets, seeds 0-2", "fact1",
+        ("cd=cd_one_fact_48docs", "format_lora=facts_format_lora"),
+        note="D2L trained and evaluated on one H200 in bf16 (2026-11-26 and 2026-11-27: `gpu_scale.py` arm fact1, "
+        "seed 0 stopped at step 1,750 of a 2,400-step cosine, seeds 1 and 2 at 1,454 and 1,549); context "
+        "distillation and the format-only LoRA once on the CPU in fp32",
+    ),
+    Section(
+        "facts3", "Three-fact documents: the fact1_chunks hypernets after 3,800 CPU steps on 3-fact documents",
+        "facts3",
+        ("in_context,cd=cd_three_facts_48docs",),
+        note="Each seed's H200 fact1_chunks hypernet, then 500 + 300 + 1,000 CPU steps on 3-fact documents read one "
+        "sentence per chunk and 2 x 1,000 on documents none of them had read (2026-11-28 and 2026-11-29: "
+        "`cpu_2026-11-28_facts3_from_fact1_chunks/run.sh`, stages 1, 2, 3, 5, 6); in context and CD once on the CPU",
+    ),
+    Section(
+        "chunks48", "Beyond the window on 48 documents: the H200's fact1_chunks hypernets at every length", "chunks48",
+        (ONE_FACT_BASE, "x2:no_context,in_context,in_context_truncated=x2_48docs", "x2:cd=x2_cd_48docs",
+         "x4:no_context,in_context_truncated=x4_48docs", "x8:no_context,in_context_truncated=x8_48docs", *FULL_48,
+         "x4:cd=x4_cd_48docs"),
+        note="Seeds 0-2 stopped at step 1,050 of a 1,600-step cosine on one H200 (2026-11-28: "
+        "`gpu_2026-11-28_h200/run.sh train`), evaluated on the CPU in fp32 (`run.sh evaluate` there); the baselines "
+        "that read no hypernet once on the CPU (`gpu_seeds_2026-11-27_h200/cpu_baselines/run_48docs.sh`)",
+    ),
+    Section(
+        "chunks96", "2x and 4x the window on 96 documents: the same hypernets", "chunks96", ROWS_96,
+        note="The 48 documents above and the next 48 of the same generator (2026-11-28, evening: "
+        "`gpu_2026-11-28_h200/fact1_chunks_cpu_96docs/run.sh`)",
+    ),
+    Section(
+        "chunks96_new48", "2x and 4x, the 48 documents added (documents 48-95) alone", "chunks96", ROWS_96, "48:96",
+        note="The replication: documents that did not decide when to stop",
+    ),
+    Section(
+        "chunks32", "The facts alone, 4x and 8x after 64 CPU steps on documents of up to 32 chunks", "chunks32",
+        (ONE_FACT_BASE, "x4:no_context,in_context_truncated=x4_48docs", "x8:no_context,in_context_truncated=x8_48docs",
+         *FULL_48),
+        note="Each seed's H200 fact1_chunks hypernet, 64 steps more on the arm fact1_chunks32 (2026-11-28, night: "
+        "`cpu_2026-11-28_fact1_chunks32/run.sh`)",
+    ),
+)  # fmt: skip
+PLOTS = {"accuracy_vs_length.png": "chunks48", "accuracy_vs_length_chunks32.png": "chunks32"}
+
+
+def section_sets(
+    tables: dict[str, dict[str, dict[str, Any]]], section: Section
+) -> dict[str, dict[int, dict[str, Any]]]:
+    sets = group_sets(tables, section.source)
+    base = baselines(tables)
+    for spec in section.rows:
+        rows_option(sets, spec, base)
+    return some_docs(sets, doc_range(section.docs)) if section.docs else sets
+
+
+def raw_command(tables: dict[str, dict[str, dict[str, Any]]], section: Section) -> str:
+    """The `--results` command that printed the section from the raw folders."""
+
+    def path(source: str) -> str:
+        return f"{REPO_RESULTS}/{next(iter(tables[source].values()))['path']}"
+
+    args = ["--results", path(section.source)]
+    for spec in section.rows:
+        target, _, source = spec.partition("=")
+        args += ["--rows", f"{target}={path(source)}/eval.json"]
+    args += ["--docs", section.docs] if section.docs else []
+    return shlex.join(["python", "experiments/d2l_smollm2/report.py", *args])
+
+
+def _two_digits(x: float) -> str:
+    """A ratio to two significant digits, as the README gives them (359.0 -> 360)."""
+    return f"{float(f'{x:.2g}'):.0f}"
+
+
+def must_show_table(built: dict[str, dict[str, dict[int, dict[str, Any]]]]) -> list[str]:
+    """Issue 27's must-shows, each from its section: D2L's share of in context on documents that fit, D2L minus
+    context distillation (paired) beside their times per document, and D2L minus truncated in context beyond the
+    window (paired). README.md's status table is this table."""
+    lines = ["| must-show | documents | result | status |", "|---|---|---|---|"]
+    fits = (("fact1", "one fact, 48 (D2L on the H200)"), ("facts3", "three facts, 48 (D2L on the CPU)"))
+    for key, label in fits:
+        runs = built[key][FACTS]
+        d2l, ic = pooled(runs, "d2l", "correct"), pooled(runs, "in_context", "correct")
+        assert d2l is not None and ic is not None
+        share, low, seed = d2l["mean"] / ic["mean"], d2l["ci"][0] / ic["mean"], min(d2l["seeds"]) / ic["mean"]
+        lines.append(
+            f"| D2L >= 60% of in context, 3 seeds | {label} | D2L {cell(d2l)} against in context {ic['mean']:.3f}: "
+            f"**{share:.0%}** (lowest seed {seed:.0%}, the CI's lower end {low:.0%}) | "
+            f"{'met' if share >= 0.6 else 'not met'} |"
+        )
+    for key, label in fits:
+        runs = built[key][FACTS]
+        diff, cd = pooled(runs, "d2l", "correct", minus="cd"), pooled(runs, "cd", "correct")
+        assert diff is not None and cd is not None
+        d2l_ms = [run["eval"]["internalize_ms_per_doc"] for run in runs.values()]
+        cd_ms = next(iter(runs.values()))["eval"]["cd_ms_per_doc"]
+        within = diff["ci"][0] <= 0 <= diff["ci"][1]
+        fast = cd_ms / max(d2l_ms) >= 100
+        status = "met" if within and fast else "not met: " + ("within CD's CI" if within else "below CD's CI")
+        lines.append(
+            f"| within context distillation's CI, at >= 100x less time per document | {label} | D2L minus CD, "
+            f"paired: **{cell(diff, True)}** (CD {cd['mean']:.3f}); CD {cd_ms / 1000:.1f} s per document, D2L "
+            f"{min(d2l_ms):.0f}-{max(d2l_ms):.0f} ms: {_two_digits(cd_ms / max(d2l_ms))}-"
+            f"{_two_digits(cd_ms / min(d2l_ms))}x | {status} |"
+        )
+    beyond = (("chunks96", "x2", "96"), ("chunks96", "x4", "96"), ("chunks32", "x8", "48, after 32-chunk training"))
+    for key, length, docs in beyond:
+        runs = built[key][length]
+        diff = pooled(runs, "d2l", "correct", minus="in_context_truncated")
+        d2l, cut = pooled(runs, "d2l", "correct"), pooled(runs, "in_context_truncated", "correct")
+        assert diff is not None and d2l is not None and cut is not None
+        lines.append(
+            f"| above truncated in context beyond the {_window(runs)}-token window | {length} "
+            f"({_mean_tokens(runs):.0f} tokens), {docs} | D2L minus truncated, paired: **{cell(diff, True)}** (D2L "
+            f"{d2l['mean']:.3f}, truncated {cut['mean']:.3f}) | {'met' if diff['ci'][0] > 0 else 'not met'} |"
+        )
+    plots = ", ".join(f"`{name}` ({PLOT_TITLES[name]})" for name in PLOTS)
+    lines.append(f"| accuracy vs document length, plotted | 48 | {plots} | done |")
+    return lines
+
+
+PLOT_TITLES = {"accuracy_vs_length.png": "fact1_chunks", "accuracy_vs_length_chunks32.png": "after 32-chunk training"}
+
+
+def _window(runs: dict[int, dict[str, Any]]) -> int:
+    return int(next(iter(runs.values()))["eval"]["context_window"])
+
+
+def data_table(tables: dict[str, dict[str, dict[str, Any]]]) -> list[str]:
+    lines = ["| source | its raw folder under results/ | runs | questions per run | eval.json committed at |"]
+    lines.append("|---|---|---|---|---|")
+    for source, runs in tables.items():
+        first = next(iter(runs.values()))
+        counts = sorted({len(run["eval"]["per_question"]) for run in runs.values()})
+        commits = sorted({run["commit"] for run in runs.values() if run["commit"]})
+        names = ", ".join(runs) if ONE_RUN not in runs else "one run"
+        lines.append(
+            f"| {source} | `{first['path']}` | {names} | {', '.join(map(str, counts))} | {', '.join(commits) or '-'} |"
+        )
+    return lines
+
+
+def csv_report(tables: dict[str, dict[str, dict[str, Any]]]) -> tuple[str, dict[str, dict[str, dict[int, Any]]]]:
+    """results/report.md (less its first line) and each section's sets."""
+    built = {section.key: section_sets(tables, section) for section in SECTIONS}
+    parts = [
+        "# experiments/d2l_smollm2 (D2L on SmolLM2-135M-Instruct): results/runs.csv, fit.csv and long.csv",
+        "",
+        "Accuracy: a gold answer as whole words in the reply. Means over 3 seeds, each question averaged over the "
+        "seeds; 95% CIs are percentile bootstraps that resample documents; paired differences are over the same "
+        "questions; the seeds' own numbers in parentheses. Baselines that read no hypernet ran once and are paired "
+        "with every seed.",
+        "",
+        "## Issue 27's must-shows",
+        "",
+        *must_show_table(built),
+        "",
+        "## Data",
+        "",
+        *data_table(tables),
+        "",
+    ]
+    for section in SECTIONS:
+        parts += [f"## {section.title}", "", f"{section.note}. From the raw folders (before 2026-12-01):", ""]
+        parts += [f"    {raw_command(tables, section)}", "", report(built[section.key]).rstrip("\n"), ""]
+    return "\n".join(parts), built
+
+
+def _without_out(argv: list[str]) -> list[str]:
+    args = list(argv)
+    if "--out" in args:
+        del args[args.index("--out") : args.index("--out") + 2]
+    return [a for a in args if not a.startswith("--out=")]
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--results", type=Path, default=HERE / "results" / "open_facts")
+    parser.add_argument("--collect", nargs="*", metavar="NAME=DIR", help="raw run folders -> the CSVs (see above)")
+    parser.add_argument("--csv-dir", type=Path, default=RESULTS, help="where the CSVs are (default: results/)")
+    parser.add_argument("--results", type=Path, help="report one raw folder of s<seed>[_x<k>] runs instead")
     parser.add_argument(
         "--rows", action="append", default=[], metavar="[SET:]COND[,COND]=EVAL_JSON", help="rows from another run"
     )
@@ -475,9 +952,26 @@ def main(argv: list[str] | None = None) -> None:
         type=doc_range,
         help="only the questions about each run's first N documents (N), or documents A to B-1 in its order (A:B)",
     )
-    parser.add_argument("--out", type=Path, help="where report.md and the plot go (default: --results)")
+    parser.add_argument("--out", type=Path, help="where report.md and the plots go (default: results/ or --results)")
     parser.add_argument("--note", help="where the runs came from, written beside the command atop report.md")
     args = parser.parse_args(argv)
+    given = sys.argv[1:] if argv is None else argv
+    if args.collect is not None:
+        for path in collect(args.collect, args.csv_dir).values():
+            print(f"written: {path} ({path.stat().st_size:,} bytes)")
+        return
+    if args.results is None:
+        if args.rows or args.docs or args.note:
+            parser.error("--rows, --docs and --note go with --results (the report of the CSVs has its own)")
+        out = args.out or args.csv_dir
+        text, built = csv_report(read_tables(args.csv_dir))
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "report.md").write_text(command_line(_without_out(given), None) + text)
+        for name, key in PLOTS.items():
+            plot(built[key], out / name)
+        print(text)
+        print(f"written: {out / 'report.md'}, " + ", ".join(str(out / name) for name in PLOTS))
+        return
     out = args.out or args.results
     sets = load_runs(args.results)
     if not sets:
@@ -488,7 +982,7 @@ def main(argv: list[str] | None = None) -> None:
         sets = some_docs(sets, args.docs)
     text = report(sets)
     out.mkdir(parents=True, exist_ok=True)
-    (out / "report.md").write_text(command_line(sys.argv[1:] if argv is None else argv, args.note) + text)
+    (out / "report.md").write_text(command_line(given, args.note) + text)
     plot(sets, out / "accuracy_vs_length.png")
     print(text)
     print(f"written: {out / 'report.md'}, {out / 'accuracy_vs_length.png'}")

@@ -6,7 +6,8 @@
         "coef 1=results/probes/curriculum_fact1_then_facts3/stage2_locality_300steps"
 
 A logged row at step s averages the steps since the previous log (`trainer.logging_steps`), so a window (a, b]
-takes the rows logged at steps a < s <= b; "-" where a run logged no row of that key in the window.
+takes the rows logged at steps a < s <= b; "-" where a run logged no row of that key in the window. A RUN_DIR is a
+raw run folder (its metrics.jsonl): those of the examples are not in git since 2026-12-01.
 """
 
 from __future__ import annotations

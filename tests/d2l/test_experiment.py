@@ -1,11 +1,15 @@
 """experiments/d2l_smollm2 end to end at tiny scale: run.sh's commands on model=tiny_llama (two seeds trained, the
-long-document evaluation of one), then report.py; its pooled numbers are the seeds' own."""
+long-document evaluation of one), then report.py; its pooled numbers are the seeds' own. report.py's tables, its
+compact CSVs (--collect from raw run folders; the committed results/report.md regenerated from the committed CSVs)
+and the scripts beside it."""
 
 from __future__ import annotations
 
 import argparse
+import csv
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -16,6 +20,7 @@ from tests.conftest import experiment_script
 
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "experiments" / "d2l_smollm2" / "run.sh"
+RESULTS = SCRIPT.parent / "results"
 
 
 @pytest.mark.slow
@@ -54,6 +59,15 @@ def test_run_script_and_report_at_tiny_scale(tmp_path):
         seeds = [s[f"eval_{cond}_answer_loss"] for s in summaries]
         assert stat["seeds"] == pytest.approx(seeds, rel=1e-9) and stat["mean"] == pytest.approx(sum(seeds) / 2)
         assert stat["ci"][0] <= stat["mean"] <= stat["ci"][1]
+    # the same folder compacted into the CSVs reads back as the same runs (floats to 6 significant digits)
+    mod.collect([f"tiny={res}"], tmp_path / "csv")
+    back = mod.group_sets(mod.read_tables(tmp_path / "csv"), "tiny")
+    assert list(back) == ["facts", "x2"] and sorted(back["facts"]) == [0, 1]
+    for cond in ("d2l", "no_context", "cd"):
+        raw, compact = mod.pooled(sets["facts"], cond, "nll"), mod.pooled(back["facts"], cond, "nll")
+        assert compact["seeds"] == pytest.approx(raw["seeds"], rel=1e-5)
+    for cond in ("d2l", "in_context_truncated"):
+        assert mod.pooled(back["x2"], cond, "correct") == mod.pooled(sets["x2"], cond, "correct")
 
 
 def _eval(questions: list[str], cond: str, correct: list[float]) -> dict:
@@ -300,3 +314,145 @@ def test_evidence_only_reads_each_answer_sentence_alone_and_pairs_it_with_the_wh
     sentence[1]["per_question"][0]["question"] = "other"
     with pytest.raises(ValueError, match="seed 1: the sentence run asked other questions"):
         mod.paired_runs(whole, sentence)
+
+
+def _raw_run_folder(folder: Path, rows: list[dict], extra: dict | None = None, eval_doc_tokens: int = 0) -> None:
+    """One run folder as train.py and run.sh leave it: eval.json (per-question rows with responses), summary.json,
+    config.yaml, time_v.txt, loadavg.txt."""
+    folder.mkdir(parents=True)
+    conds = list(dict.fromkeys(c for r in rows for c, v in r.items() if isinstance(v, dict)))
+    ev = {"num_docs": len({r["doc"] for r in rows}), "num_questions": len(rows), "context_window": 512}
+    ev.update(conditions=conds, internalize_ms_per_doc=12.345678901, per_question=rows, **(extra or {}))
+    (folder / "eval.json").write_text(json.dumps(ev, indent=2))
+    (folder / "summary.json").write_text(json.dumps({"algo": "d2l", "runtime_s": 61.07, "final_step": 64}))
+    params = f"    eval_doc_tokens: {eval_doc_tokens}\n" if eval_doc_tokens else ""
+    (folder / "config.yaml").write_text(f"seed: 0\ndata:\n  num_eval: 2\n  params:\n    num_facts: 1\n{params}")
+    (folder / "time_v.txt").write_text(
+        "\tUser time (seconds): 101.50\n\tSystem time (seconds): 3.25\n"
+        "\tElapsed (wall clock) time (h:mm:ss or m:ss): 1:02.50\n\tMaximum resident set size (kbytes): 2712345\n"
+    )
+    (folder / "loadavg.txt").write_text("12:00:00 1.50 1.00 0.75\n12:00:10 2.25 1.00 0.75\n")
+
+
+def _rows(seed: int, tokens: int, conds: dict[str, list[float]]) -> list[dict]:
+    """Four questions about two documents; each condition's `correct` per question, the other metrics made up (and
+    exact at 6 significant digits, so that the CSV's rounding moves nothing here)."""
+    kinds = ["papers", "mentor", "papers", "birth_date"]
+    rows = []
+    for j in range(4):
+        row = {"doc": j // 2, "other_doc": 1 - j // 2, "question": f"How many papers has P{j} published?",
+               "answer": str(j), "answers": [str(j)], "kind": kinds[j], "hops": 1, "doc_tokens": tokens + j,
+               "in_window": tokens < 512 or j % 2 == 0}  # fmt: skip
+        for cond, correct in conds.items():
+            row[cond] = {"nll": 1.5 + 0.25 * j + 0.125 * seed, "tokens": 8 + j, "response": "P has 3 papers.",
+                         "correct": correct[j], "em": 0.0, "f1": correct[j] * 0.5 + 0.25}  # fmt: skip
+            if cond == "d2l_other_entity":
+                row[cond].update(own_fact=float(j % 2), lora_value_margin=2.5 - j, lora_value_preferred=float(j < 2))
+            if cond == "d2l":
+                row[cond].update(lora_value_margin=3.5 - j * 0.5, lora_value_preferred=1.0)
+        rows.append(row)
+    return rows
+
+
+def _raw_results(tmp_path: Path) -> tuple[Path, Path, Path]:
+    """A run group (seeds 0 and 1, the facts alone and 2x the window) and two baselines run once, in the real files'
+    format: context distillation on the facts alone and truncated in context at 2x (its config says so)."""
+    group = tmp_path / "raw" / "fact1_chunks_cpu"
+    for seed in (0, 1):
+        own = [1.0, 0.0, 1.0, seed * 1.0]
+        facts = {"no_context": [0, 0, 0, 0], "d2l": own, "d2l_other_doc": [0, 0, 0, 0], "d2l_other_entity": [0] * 4}
+        _raw_run_folder(group / f"s{seed}", _rows(seed, 20, facts))
+        long = {"d2l": own[::-1], "d2l_other_doc": [0, 0, 0, 0], "d2l_other_entity": [0, 0, 0, 0]}
+        _raw_run_folder(group / f"s{seed}_x2", _rows(seed, 1000, long), eval_doc_tokens=1024)
+    cd = tmp_path / "raw" / "cd_48docs"
+    _raw_run_folder(cd, _rows(0, 20, {"cd": [1, 1, 0, 1]}), {"cd_ms_per_doc": 30877.25, "cd_docs": 2})
+    cut = tmp_path / "raw" / "x2_48docs"
+    _raw_run_folder(cut, _rows(0, 1000, {"in_context_truncated": [1, 0, 0, 0]}), eval_doc_tokens=1024)
+    return group, cd, cut
+
+
+def _csv(path: Path) -> list[dict[str, str]]:
+    return list(csv.DictReader(path.read_text().splitlines()))
+
+
+def test_collect_compacts_raw_run_folders_into_the_csvs_that_report_the_same_tables(tmp_path):
+    """--collect NAME=DIR: a run group and its baselines into runs.csv, fit.csv and long.csv; read back, they give
+    report.py's tables of the raw folders to the character (--rows pairing a baseline named by its source)."""
+    mod = experiment_script(SCRIPT.parent / "report.py")
+    group, cd, cut = _raw_results(tmp_path)
+    out = tmp_path / "csv"
+    paths = mod.collect([f"chunks={group}", f"cd={cd}", f"cut={cut}"], out)
+    assert (
+        sorted(p.name for p in out.iterdir())
+        == ["fit.csv", "long.csv", "runs.csv"]
+        == sorted(p.name for p in paths.values())
+    )
+    runs = _csv(out / "runs.csv")
+    assert [(r["source"], r["run"], r["set"]) for r in runs] == [
+        ("chunks", "s0", "facts"), ("chunks", "s1", "facts"), ("chunks", "s0_x2", "x2"), ("chunks", "s1_x2", "x2"),
+        ("cd", "-", "facts"), ("cut", "-", "x2"),
+    ]  # fmt: skip
+    first = runs[0]
+    assert first["internalize_ms_per_doc"] == "12.345678901" and first["cpu_s"] == "104.75" and first["commit"] == ""
+    assert (first["wall"], first["rss_gb"], first["load_max"]) == ("1:02.50", "2.712345", "2.25")
+    assert first["final_step"] == "64" and first["runtime_s"] == "61.07"
+    assert len({r["questions"] for r in runs}) == 1  # every run asked the same questions
+    fit, long = _csv(out / "fit.csv"), _csv(out / "long.csv")
+    assert len(fit) == 2 * 4 * 4 + 4 and {r["condition"] for r in fit} >= {"d2l_other_entity", "cd"}
+    assert "em" not in long[0] and {r["condition"] for r in long} == {"d2l", "d2l_other_doc", "in_context_truncated"}
+    assert fit[0] == {
+        "source": "chunks", "run": "s0", "item": "0", "doc": "0", "kind": "papers", "hops": "1", "doc_tokens": "20",
+        "in_window": "1", "condition": "no_context", "correct": "0", "em": "0", "f1": "0.25", "nll": "1.5",
+        "tokens": "8", "own_fact": "", "lora_value_margin": "", "lora_value_preferred": "",
+    }  # fmt: skip
+    tables = mod.read_tables(out)
+    compact, base = mod.group_sets(tables, "chunks"), mod.baselines(tables)
+    raw = mod.load_runs(group)
+    mod.rows_option(compact, "facts:cd=cd", base)
+    mod.rows_option(compact, "x2:in_context_truncated=cut", base)
+    mod.rows_option(raw, f"facts:cd={cd / 'eval.json'}")
+    mod.rows_option(raw, f"x2:in_context_truncated={cut / 'eval.json'}")
+    text = mod.report(compact)
+    assert text == mod.report(raw)
+    assert "| D2L: binding, own question minus the other entity's (paired) |" in text and "| s1_x2 | 12 |" in text
+    # a source collected again replaces its rows; the others stay
+    again = mod.collect([f"cut={cut}"], out)
+    assert [r["source"] for r in _csv(again["runs"])] == [r["source"] for r in runs[:5]] + ["cut"]
+    # a baseline on other questions is refused, as from its eval.json
+    ev = json.loads((cut / "eval.json").read_text())
+    ev["per_question"][0]["question"] = "Who founded Q?"
+    (cut / "eval.json").write_text(json.dumps(ev))
+    mod.collect([f"cut={cut}"], out)
+    with pytest.raises(ValueError, match="other questions"):
+        mod.rows_option(mod.group_sets(mod.read_tables(out), "chunks"), "x2:in_context_truncated=cut",
+                        mod.baselines(mod.read_tables(out)))  # fmt: skip
+    with pytest.raises(SystemExit, match="expected NAME=DIR"):
+        mod.collect([str(group)], out)
+    with pytest.raises(SystemExit, match="no such folder"):
+        mod.collect([], out, results=tmp_path / "nothing")
+
+
+def test_the_committed_csvs_give_the_committed_report_byte_for_byte(tmp_path):
+    """A fresh clone has only the tracked files: report.py on results/*.csv writes results/report.md as committed, and
+    its plots; each CSV stays small."""
+    mod = experiment_script(SCRIPT.parent / "report.py")
+    mod.main(["--out", str(tmp_path)])
+    assert (tmp_path / "report.md").read_bytes() == (RESULTS / "report.md").read_bytes()
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(["report.md", *mod.PLOTS])
+    assert all((tmp_path / name).read_bytes()[:4] == b"\x89PNG" for name in mod.PLOTS)
+    assert all(path.stat().st_size < 300_000 for path in RESULTS.glob("*.csv"))
+    with pytest.raises(SystemExit):
+        mod.main(["--rows", "cd=x.json"])  # --rows belongs to --results
+
+
+def test_every_figure_of_the_readme_is_in_the_report():
+    """README.md's status table is results/report.md's, and each of its figures (decimals, percentages, ratios) stands
+    in the report as written there."""
+    readme = (SCRIPT.parent / "README.md").read_text()
+    report = (RESULTS / "report.md").read_text()
+    table = [line for line in readme.splitlines() if line.startswith("| ")]
+    assert table and all(line in report.splitlines() for line in table)
+    prose = "\n".join(line for line in readme.splitlines() if not line.startswith("    "))
+    figures = set(re.findall(r"[+-]?\d+\.\d+|\d+%|\d+(?:-\d+)?x\b", prose))
+    assert figures and not sorted(f for f in figures if f not in report)
+    assert len(readme.encode()) < 10_500 and len((SCRIPT.parent / "LOG.md").read_bytes()) < 8_000

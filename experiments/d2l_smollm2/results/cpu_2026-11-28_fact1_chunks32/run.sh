@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # bash experiments/d2l_smollm2/results/cpu_2026-11-28_fact1_chunks32/run.sh   (2026-11-28, CPU, ~2 hours)
 # 8x the window on this CPU: the arm fact1_chunks32 (gpu_scale.py: one-fact documents among filler up to 3,968 tokens,
-# 1-32 chunks), each seed continued from its own H200 fact1_chunks hypernet (this checkout's ignored
-# .gpu/2026-11-28_fact1_chunks{,_s1,_s2}_hypernet, trained on up to 8 chunks) for 64 steps of batch 8 (512 documents,
+# 1-32 chunks), each seed continued from its own H200 fact1_chunks hypernet (the ignored
+# .gpu/2026-11-28_fact1_chunks{,_s1,_s2}_hypernet, trained on up to 8 chunks; rebuilt by
+# `../gpu_2026-11-28_h200/run.sh train keep`) for 64 steps of batch 8 (512 documents,
 # a cosine from lr 1e-3, fp32, ~31 s per step), evaluated on the 48 held-out documents as they are (end of run) and
 # at 8x the 512-token window (4,096 tokens; ~7 min a seed) and 4x (~5 min); the baselines that read no hypernet are those of the 48-document
 # runs (gpu_seeds_2026-11-27_h200/cpu_baselines), paired by report.py.

@@ -4,9 +4,10 @@
 # checkout keeps in .gpu/2026-11-28_facts3_from_fact1_chunks{,_s1,_s2}_hypernet); STAGES=4 2026-11-29 (~21 min: a
 # probe that lost ground, not in the default); STAGES="5 6" 2026-11-29 (~2.4 hours: stage 5 then read stage 3's
 # hypernets from the .gpu copies named below, byte-identical to the checkpoints it now links).
-# Several-fact documents from hypernets that write one fact: each seed's H200 fact1_chunks hypernet (this checkout's
-# ignored .gpu/2026-11-28_fact1_chunks{,_s1,_s2}_hypernet; on a 3-fact document's answer sentence alone it scores
-# 0.407, the curriculum's stage-2 hypernets 0.069: results/probes/evidence_only) trained 500 steps of batch 8 on
+# Several-fact documents from hypernets that write one fact: each seed's H200 fact1_chunks hypernet (the ignored
+# .gpu/2026-11-28_fact1_chunks{,_s1,_s2}_hypernet, rebuilt by `../gpu_2026-11-28_h200/run.sh train keep`; on a
+# 3-fact document's answer sentence alone it scores 0.407, the curriculum's stage-2 hypernets 0.069:
+# results/probes/evidence_only) trained 500 steps of batch 8 on
 # 3-fact documents read one sentence per chunk (4,000 documents, 12,000 questions, a cosine from lr 1e-3, fp32,
 # ~1.9 s per step) -> s<seed>/; then each from its own 300 steps more (a fresh cosine from lr 1e-3, 8,000 documents,
 # the first 4,000 the same) -> more_steps/s<seed>/. Evaluated on the 48 held-out 3-fact documents after each; in

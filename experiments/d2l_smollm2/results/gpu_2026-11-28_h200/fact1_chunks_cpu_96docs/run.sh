@@ -2,8 +2,8 @@
 # bash experiments/d2l_smollm2/results/gpu_2026-11-28_h200/fact1_chunks_cpu_96docs/run.sh BUNDLE   (2026-11-28, CPU)
 # 2x and 4x the window on 96 held-out documents: the 48 of fact1_chunks_cpu and the next 48 of the same generator
 # (its first 48 reproduce fact1_chunks_cpu/s<seed>_x2 and _x4 to the last response). BUNDLE holds the H200's
-# fact1_chunks{,_s1,_s2}_hypernet (this checkout's ignored .gpu/2026-11-28_fact1_chunks*_hypernet, named as
-# gpu_scale.py names them). D2L at three seeds (6 and 9 min each here), then the baselines that read no hypernet
+# fact1_chunks{,_s1,_s2}_hypernet, named as gpu_scale.py names them (.gpu/2026-11-28_d2l_scale, which
+# `../run.sh train keep` rebuilds). D2L at three seeds (6 and 9 min each here), then the baselines that read no hypernet
 # (once, 14 min at each length; report.py pairs them with every seed).
 set -eu
 cd "$(git rev-parse --show-toplevel)"
