@@ -73,26 +73,3 @@ def test_run_listed_stops_at_an_unknown_name_with_the_known_ones(tmp_path):
     proc = subprocess.run(["bash", "-c", cmd], capture_output=True, text=True, cwd=tmp_path)
     assert proc.returncode == 2
     assert proc.stdout.splitlines() == ["ran a", "unknown run nope (one of: a)"]
-
-
-def test_travel_light_takes_results_out_of_the_index_and_puts_them_back(tmp_path):
-    """experiments/gpu/travel_light.sh: `on` leaves results and tests/ on disk but out of what a device call sends
-    (tracked or untracked-not-ignored files); `off` restores the index and .git/info/exclude exactly."""
-    script = ROOT / "experiments" / "gpu" / "travel_light.sh"
-
-    def git(*args: str) -> str:
-        return subprocess.run(["git", *args], cwd=tmp_path, capture_output=True, text=True, check=True).stdout
-
-    for path in ("src/a.py", "experiments/x/run.sh", "experiments/x/results/s0/eval.json", "tests/test_a.py"):
-        (tmp_path / path).parent.mkdir(parents=True, exist_ok=True)
-        (tmp_path / path).write_text(path)
-    git("init", "-q")
-    git("add", ".")
-    git("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "x")
-    exclude = (tmp_path / ".git" / "info" / "exclude").read_text()
-    subprocess.run(["bash", str(script), "on"], cwd=tmp_path, capture_output=True, check=True)
-    sent = set(git("ls-files").split()) | set(git("ls-files", "--others", "--exclude-standard").split())
-    assert sent == {"src/a.py", "experiments/x/run.sh"}
-    assert (tmp_path / "tests" / "test_a.py").is_file()
-    subprocess.run(["bash", str(script), "off"], cwd=tmp_path, capture_output=True, check=True)
-    assert git("status", "--short") == "" and (tmp_path / ".git" / "info" / "exclude").read_text() == exclude

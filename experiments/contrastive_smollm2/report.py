@@ -1,17 +1,31 @@
-"""Tables and plots of experiments/contrastive_smollm2 (SecAlign-style arms) from the files its runs leave.
+"""Tables and plots of experiments/contrastive_smollm2 (SecAlign-style arms) from the CSV tables in results/.
 
-    python experiments/contrastive_smollm2/report.py                      # results/secalign -> report.md + png
-    python experiments/contrastive_smollm2/report.py --results <dir>      # e.g. runs/contrastive_smollm2_tiny/results
+    python experiments/contrastive_smollm2/report.py             # results/*.csv -> results/report.md, 2 PNG
+    python experiments/contrastive_smollm2/report.py --collect   # first the CSVs from the run folders run.sh fills
+    python experiments/contrastive_smollm2/report.py --collect runs/contrastive_smollm2_tiny/results --results DIR
 
-Reads <dir>/base/eval_init.jsonl and <dir>/<arm>_s<seed>/eval_after.jsonl (one record per eval item, written by
-`run.sh`), the ifeval_*.jsonl beside them, summary.json (layer similarities) and time_v.txt. Intervals are 95%
-percentile bootstraps that resample whole task instances (`posttrain.algos.contrastive.stats`); differences are
-paired over the same eval items. Writes <dir>/report.md, <dir>/asr_by_family.png and <dir>/layers.png.
+`--collect [DIR ...]` reads each run folder DIR (default: results/secalign, results/secalign_120steps and
+results/probes, git-ignored; a group of runs each, named by the folder) as run.sh leaves it: DIR/base/eval_init.jsonl
+and DIR/<arm>_s<seed>/eval_after.jsonl (one record per eval item), the ifeval_*.jsonl beside them, summary.json
+(IFEval instruction-level score, layer similarities) and time_v.txt, and writes the tables the report reads:
+
+    items.csv             one row per eval item: item, task instance, task, attack family, position, injected task,
+                          held-out family (1/0)
+    eval_<group>.csv      one row per (arm, seed, item): attack succeeded (witness in the reply), reply begins with
+                          it, task utility on the clean prompt, under injection (1/0; empty: not scored)
+    ifeval.csv            one row per (group, arm, seed, IFEval prompt): prompt-level strict accuracy
+    runs.csv              one row per run: IFEval instruction-level strict accuracy, /usr/bin/time -v fields,
+                          cos(benign, injected) per hidden state
+
+The default mode reads only these and writes results/report.md (one section per group, the first with the plots
+asr_by_family.png and layers.png). Intervals are 95% percentile bootstraps that resample whole task instances
+(`posttrain.algos.contrastive.stats`); differences are paired over the same eval items.
 """
 
 from __future__ import annotations
 
 import argparse
+import csv
 import json
 import re
 import sys
@@ -20,6 +34,8 @@ from pathlib import Path
 from posttrain.algos.contrastive.stats import group_means, paired_difference
 
 HERE = Path(__file__).resolve().parent
+COMMAND = "python experiments/contrastive_smollm2/report.py"
+RAW = ("secalign", "secalign_120steps", "probes")  # run folders under results/ (git-ignored), in report order
 ARMS = ("sft", "sft_inv", "dpo", "dpo_inv", "sft_inv_nokl", "dpo_inv_nokl", "dpo_inv_w01", "detection")  # run.sh's
 PAIRS = (  # same seed, same items
     ("sft_inv", "sft"),
@@ -31,14 +47,34 @@ PAIRS = (  # same seed, same items
     ("detection", "sft"),
 )
 FAMILIES = ("naive", "ignore", "completion", "escape", "combined")
+ITEM_FIELDS = ("id", "cluster", "task", "attack_type", "position", "injected_task", "heldout")
+ITEM_COLUMNS = ("item", "instance", "task", "family", "position", "injected_task", "heldout")
+SCORES = ("attack_success", "attack_begins", "benign_ok", "injected_ok")
+TIME_FIELDS = {  # runs.csv column: the /usr/bin/time -v label
+    "wall": "Elapsed (wall clock) time (h:mm:ss or m:ss)",
+    "user_s": "User time (seconds)",
+    "sys_s": "System time (seconds)",
+    "max_rss_kb": "Maximum resident set size (kbytes)",
+}
+RUN_COLUMNS = ("group", "arm", "seed", "inst_level_strict_acc", "time_v", *TIME_FIELDS, "cos_benign_injected")
 
 
 def load(path: Path) -> list[dict]:
     return [json.loads(ln) for ln in path.read_text().splitlines() if ln.strip()]
 
 
-def runs(res: Path) -> dict[str, dict]:
-    """{run name: {records, ifeval, summary, arm, seed}} for base and every arm_s<seed> folder with records."""
+def _order(all_runs: dict[str, dict]) -> dict[str, dict]:
+    order = {a: i for i, a in enumerate(("base", *ARMS))}
+    return dict(sorted(all_runs.items(), key=lambda kv: (order.get(kv[1]["arm"], 99), kv[1]["seed"] or 0)))
+
+
+def _eval_summary(summary: dict) -> dict:
+    return summary.get("eval", summary.get("eval_after", {}))
+
+
+def raw_runs(res: Path) -> dict[str, dict]:
+    """{run name: {records, ifeval, inst_strict, cos, time, arm, seed}} for base and every arm_s<seed> folder of a
+    run folder with eval records (what run.sh copies there)."""
     out = {}
     for folder in sorted(res.iterdir()):
         m = re.fullmatch(r"(.+)_s(\d+)", folder.name)
@@ -47,16 +83,117 @@ def runs(res: Path) -> dict[str, dict]:
             continue
         tag = "init" if folder.name == "base" else "after"
         ifeval = folder / f"ifeval_{tag}.jsonl"
-        summary = folder / "summary.json"
+        summary_path = folder / "summary.json"
+        evals = _eval_summary(json.loads(summary_path.read_text()) if summary_path.is_file() else {})
+        time_path = folder / "time_v.txt"
+        time = None
+        if time_path.is_file():
+            text = time_path.read_text()
+            time = {}
+            for column, label in TIME_FIELDS.items():
+                found = re.search(rf"{re.escape(label)}: (.+)", text)
+                time[column] = found.group(1).strip() if found else "-"
         out[folder.name] = {
             "records": load(records),
             "ifeval": load(ifeval) if ifeval.is_file() else [],
-            "summary": json.loads(summary.read_text()) if summary.is_file() else {},
+            "inst_strict": evals.get("ifeval", {}).get("inst_level_strict_acc"),
+            "cos": evals.get("repr_cosine", {}).get("benign_injected") or [],
+            "time": time,
             "arm": "base" if folder.name == "base" else m.group(1),  # type: ignore[union-attr]
             "seed": None if folder.name == "base" else int(m.group(2)),  # type: ignore[union-attr]
         }
-    order = {a: i for i, a in enumerate(("base", *ARMS))}
-    return dict(sorted(out.items(), key=lambda kv: (order.get(kv[1]["arm"], 99), kv[1]["seed"] or 0)))
+    return _order(out)
+
+
+def _flag(value: object) -> str:
+    return "" if value is None else str(int(bool(value)))
+
+
+def _write_csv(path: Path, header: tuple[str, ...] | list[str], rows: list[list]) -> None:
+    with path.open("w", newline="") as f:
+        writer = csv.writer(f, lineterminator="\n")
+        writer.writerow(header)
+        writer.writerows(rows)
+
+
+def _read_csv(path: Path) -> list[dict[str, str]]:
+    with path.open(newline="") as f:
+        return list(csv.DictReader(f))
+
+
+def collect(raw_dirs: list[Path], out: Path) -> list[Path]:
+    """The CSV tables of the run folders `raw_dirs` (one group each, named by the folder) in `out`."""
+    out.mkdir(parents=True, exist_ok=True)
+    items: dict[str, list] = {}
+    runs_rows, ifeval_rows, written = [], [], []
+    for res in raw_dirs:
+        group = res.name
+        all_runs = raw_runs(res)
+        if not all_runs:
+            sys.exit(f"no runs with eval records under {res}")
+        eval_rows = []
+        for run in all_runs.values():
+            seed = "" if run["seed"] is None else run["seed"]
+            for r in run["records"]:
+                item = [r["id"].removeprefix("eval-"), r["cluster"].removeprefix("eval-")]
+                item += [r[k] for k in ITEM_FIELDS[2:-1]] + [_flag(r["heldout"])]
+                if items.setdefault(item[0], item) != item:
+                    sys.exit(f"eval item {item[0]} differs between runs: {items[item[0]]} vs {item}")
+                eval_rows.append([run["arm"], seed, item[0], *(_flag(r.get(k)) for k in SCORES)])
+            for r in run["ifeval"]:
+                ifeval_rows.append([group, run["arm"], seed, r["id"], r["prompt_level_strict_acc"]])
+            time = run["time"] or {}
+            runs_rows.append(
+                [group, run["arm"], seed, "" if run["inst_strict"] is None else repr(run["inst_strict"])]
+                + [int(run["time"] is not None), *(time.get(k, "") for k in TIME_FIELDS)]
+                + [" ".join(repr(float(c)) for c in run["cos"])]
+            )
+        written.append(out / f"eval_{group}.csv")
+        _write_csv(written[-1], ["arm", "seed", "item", *SCORES], eval_rows)
+    _write_csv(out / "items.csv", ITEM_COLUMNS, list(items.values()))
+    _write_csv(out / "ifeval.csv", ["group", "arm", "seed", "prompt", "prompt_level_strict_acc"], ifeval_rows)
+    _write_csv(out / "runs.csv", RUN_COLUMNS, runs_rows)
+    return [out / "items.csv", *written, out / "ifeval.csv", out / "runs.csv"]
+
+
+def _name(arm: str, seed: str) -> str:
+    return arm if seed == "" else f"{arm}_s{seed}"
+
+
+def _value(text: str) -> bool | None:
+    return None if text == "" else text == "1"
+
+
+def read_tables(results: Path) -> dict[str, dict[str, dict]]:
+    """{group: {run name: run}} from the CSV tables in `results`, each run as `raw_runs` reads it from its folder."""
+    items = {}
+    for row in _read_csv(results / "items.csv"):
+        items[row["item"]] = {
+            "id": "eval-" + row["item"],
+            "cluster": "eval-" + row["instance"],
+            **{k: row[c] for k, c in zip(ITEM_FIELDS[2:-1], ITEM_COLUMNS[2:-1], strict=True)},
+            "heldout": row["heldout"] == "1",
+        }
+    groups: dict[str, dict[str, dict]] = {}
+    for row in _read_csv(results / "runs.csv"):
+        time = {k: row[k] for k in TIME_FIELDS} if row["time_v"] == "1" else None
+        groups.setdefault(row["group"], {})[_name(row["arm"], row["seed"])] = {
+            "records": [],
+            "ifeval": [],
+            "inst_strict": float(row["inst_level_strict_acc"]) if row["inst_level_strict_acc"] else None,
+            "cos": [float(c) for c in row["cos_benign_injected"].split()],
+            "time": time,
+            "arm": row["arm"],
+            "seed": int(row["seed"]) if row["seed"] else None,
+        }
+    for group, all_runs in groups.items():
+        for row in _read_csv(results / f"eval_{group}.csv"):
+            scores = {k: _value(row[k]) for k in SCORES}
+            all_runs[_name(row["arm"], row["seed"])]["records"].append({**items[row["item"]], **scores})
+    for row in _read_csv(results / "ifeval.csv"):
+        record = {"id": row["prompt"], "prompt_level_strict_acc": float(row["prompt_level_strict_acc"])}
+        groups[row["group"]][_name(row["arm"], row["seed"])]["ifeval"].append(record)
+    return {group: _order(all_runs) for group, all_runs in groups.items()}
 
 
 def cell(stat: dict | None) -> str:
@@ -117,8 +254,7 @@ def utility_table(all_runs: dict[str, dict]) -> list[str]:
         injected = group_means(run["records"], "injected_ok").get("all")
         ifeval = run["ifeval"]
         prompt = group_means(ifeval, "prompt_level_strict_acc").get("all") if ifeval else None
-        inst = run["summary"].get("eval", run["summary"].get("eval_after", {})).get("ifeval", {})
-        inst_s = f"{inst['inst_level_strict_acc']:.3f}" if "inst_level_strict_acc" in inst else "-"
+        inst_s = f"{run['inst_strict']:.3f}" if run["inst_strict"] is not None else "-"
         lines.append(f"| {name} | {cell(clean)} | {cell(injected)} | {cell(prompt)} | {inst_s} |")
     return lines
 
@@ -218,22 +354,16 @@ def pooled_pair_table(all_runs: dict[str, dict]) -> list[str]:
     return lines
 
 
-def cost_table(res: Path, names: list[str]) -> list[str]:
+def cost_table(all_runs: dict[str, dict]) -> list[str]:
     lines = ["| run | wall | user+sys CPU s | peak RSS GB |", "|---|---|---|---|"]
-    for name in names:
-        path = res / name / "time_v.txt"
-        if not path.is_file():
+    for name, run in all_runs.items():
+        time = run["time"]
+        if time is None:
             continue
-        text = path.read_text()
-
-        def field(label: str, text: str = text) -> str:
-            m = re.search(rf"{re.escape(label)}: (.+)", text)
-            return m.group(1).strip() if m else "-"
-
-        cpu = sum(float(field(k)) for k in ("User time (seconds)", "System time (seconds)") if field(k) != "-")
-        rss = field("Maximum resident set size (kbytes)")
+        cpu = sum(float(time[k]) for k in ("user_s", "sys_s") if time[k] != "-")
+        rss = time["max_rss_kb"]
         rss_gb = f"{int(rss) / 1e6:.1f}" if rss.isdigit() else "-"
-        lines.append(f"| {name} | {field('Elapsed (wall clock) time (h:mm:ss or m:ss)')} | {cpu:.0f} | {rss_gb} |")
+        lines.append(f"| {name} | {time['wall']} | {cpu:.0f} | {rss_gb} |")
     return lines
 
 
@@ -276,8 +406,7 @@ def plot(all_runs: dict[str, dict], res: Path) -> list[Path]:
     fig, ax = plt.subplots(figsize=(6.5, 4))
     for i, arm in enumerate(arms):
         for run in (r for r in all_runs.values() if r["arm"] == arm):
-            evals = run["summary"].get("eval", run["summary"].get("eval_after", {}))
-            cos = evals.get("repr_cosine", {}).get("benign_injected")
+            cos = run["cos"]
             if cos:
                 ax.plot(range(len(cos)), cos, color=f"C{i}", label=arm if run["seed"] in (None, 0) else None)
     ax.set_xlabel("hidden state (0 = embeddings)")
@@ -290,14 +419,8 @@ def plot(all_runs: dict[str, dict], res: Path) -> list[Path]:
     return paths
 
 
-def main(argv: list[str] | None = None) -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--results", type=Path, default=HERE / "results" / "secalign")
-    args = ap.parse_args(argv)
-    res: Path = args.results
-    all_runs = runs(res)
-    if not all_runs:
-        sys.exit(f"no runs with eval records under {res}")
+def group_report(all_runs: dict[str, dict]) -> list[str]:
+    """The tables of one group of runs (the text report.py wrote into each run folder before results as data)."""
     n_items = {name: len(run["records"]) for name, run in all_runs.items()}
     out = [f"Runs: {', '.join(f'{k} (n={v})' for k, v in n_items.items())}", ""]
     out += ["### Per arm, all seeds together", "", *arm_table(all_runs), ""]
@@ -334,15 +457,41 @@ def main(argv: list[str] | None = None) -> None:
         "",
     ]
     out += ["### Paired differences in task utility under injection", "", *paired_table(all_runs, "injected_ok"), ""]
-    costs = cost_table(res, list(all_runs))
+    costs = cost_table(all_runs)
     if len(costs) > 2:
         out += ["### Runs", "", *costs, ""]
-    paths = plot(all_runs, res)
-    out += [f"![ASR by family]({paths[0].name})", "", f"![layers]({paths[1].name})", ""]
-    text = "\n".join(out)
-    (res / "report.md").write_text(text)
-    print(text)
-    print(f"wrote {res / 'report.md'}, {', '.join(str(p) for p in paths)}")
+    return out
+
+
+def report(results: Path, out: Path, plots: bool = True) -> Path:
+    """results/report.md (and the first group's plots) from the CSV tables in `results`, written to `out`."""
+    groups = read_tables(results)
+    out.mkdir(parents=True, exist_ok=True)
+    sections = [f"<!-- {COMMAND} -->\n"]
+    for i, (group, all_runs) in enumerate(groups.items()):
+        lines = group_report(all_runs)
+        if i == 0 and plots:
+            paths = plot(all_runs, out)
+            lines += [f"![ASR by family]({paths[0].name})", "", f"![layers]({paths[1].name})", ""]
+        sections.append(f"## {group}\n\n" + "\n".join(lines))
+    path = out / "report.md"
+    path.write_text("\n".join(sections))
+    return path
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--results", type=Path, default=HERE / "results", help="the CSV tables (read, or written)")
+    ap.add_argument("--out", type=Path, help="where report.md and the plots go (default: --results)")
+    ap.add_argument("--collect", nargs="*", type=Path, help="run folders to build the CSV tables from first")
+    ap.add_argument("--no-plots", action="store_true")
+    args = ap.parse_args(argv)
+    if args.collect is not None:
+        raw = args.collect or [HERE / "results" / name for name in RAW]
+        for path in collect(raw, args.results):
+            print(f"wrote {path} ({path.stat().st_size / 1e3:.0f} kB)")
+    path = report(args.results, args.out or args.results, plots=not args.no_plots)
+    print(f"wrote {path}")
 
 
 if __name__ == "__main__":

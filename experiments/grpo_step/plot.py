@@ -33,15 +33,24 @@ from posttrain.bench.step_timer import PHASES
 COLORS = {"trl": "tab:gray", "posttrain": "tab:blue"}
 
 
+def read_records(path: str | Path) -> list[dict]:
+    """The bench's finished records in one output file (not its progress lines, nor failed paths)."""
+    recs = [json.loads(line) for line in Path(path).read_text().splitlines() if line.startswith("{")]
+    return [r for r in recs if r.get("bench") == "grpo_step" and "error" not in r]
+
+
 def records(files: list[str]) -> list[dict]:
+    return prepare([r for f in files for r in read_records(f)])
+
+
+def prepare(recs: list[dict]) -> list[dict]:
+    """The records of some files as the commands compare them: posttrain with --set overrides a path of its own,
+    a path re-run on a seed counted once. Changes `path` in place."""
     out = []
-    for f in files:
-        recs = [json.loads(line) for line in Path(f).read_text().splitlines() if line.startswith("{")]
-        recs = [r for r in recs if r.get("bench") == "grpo_step" and "error" not in r]
-        for r in recs:  # posttrain with --set overrides: a variant of its own
-            if r["path"] != "trl" and r.get("set"):
-                r["path"] += "[" + ",".join(r["set"]) + "]"
-        out += recs
+    for r in recs:  # posttrain with --set overrides: a variant of its own
+        if r["path"] != "trl" and r.get("set"):
+            r["path"] += "[" + ",".join(r["set"]) + "]"
+        out.append(r)
     seen: set[tuple] = set()  # a path re-run on a seed (the anchor beside each variant) counts once
     unique = []
     for r in out:
@@ -52,7 +61,7 @@ def records(files: list[str]) -> list[dict]:
     return unique
 
 
-def plot_split(recs: list[dict], path: Path) -> Path:
+def plot_split(recs: list[dict], path: Path, dpi: int = 110) -> Path:
     fig, ax = plt.subplots(figsize=(1.6 + 1.3 * len(recs), 4.2))
     names = [r["path"] + ("" if r.get("seed") is None else f"\nseed {r['seed']}") for r in recs]
     bottom = [0.0] * len(recs)
@@ -68,14 +77,14 @@ def plot_split(recs: list[dict], path: Path) -> Path:
     ax.set_title(f"GRPO step, {r0['model']}, {r0['train']}, batch {r0['batch']}, {r0['completion_length']} tokens")
     ax.set_ylim(0, max(bottom) * 1.2)
     ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))
-    return save_figure(fig, path)
+    return save_figure(fig, path, dpi=dpi)
 
 
 def moving_mean(xs: list[float], window: int) -> list[float]:
     return [statistics.fmean(xs[max(0, i - window + 1) : i + 1]) for i in range(len(xs))]
 
 
-def plot_rewards(recs: list[dict], path: Path, window: int = 5) -> Path:
+def plot_rewards(recs: list[dict], path: Path, window: int = 5, dpi: int = 110) -> Path:
     fig, ax = plt.subplots(figsize=(7, 4))
     by_path: dict[str, list[list[float]]] = {}
     for r in recs:
@@ -98,7 +107,7 @@ def plot_rewards(recs: list[dict], path: Path, window: int = 5) -> Path:
     ax.set_ylabel(f"reward, {window}-step moving mean")
     ax.set_title("mean over seeds; shaded: 10th-90th percentile over seeds (dashed: each seed, < 5 seeds)")
     ax.legend(fontsize=8)
-    return save_figure(fig, path)
+    return save_figure(fig, path, dpi=dpi)
 
 
 def seed_comparison(recs: list[dict], early_steps: int = 30) -> str:

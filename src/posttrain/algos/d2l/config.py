@@ -34,7 +34,7 @@ class D2LEncoderConfig:
     # tokens: chunks of max_doc_length consecutive tokens; sentences: one chunk per sentence (a longer sentence goes
     # on in the next chunk), so that a chunk's LoRA comes from one statement (`posttrain.data.d2l.document_chunks`).
     # From scratch on 3-fact documents it learned no sooner than tokens; after a stage on one-fact documents
-    # (algo.init_hypernet) it gives each chunk one fact, as in that stage (experiments/d2l_smollm2/README.md)
+    # (algo.init_hypernet) it gives each chunk one fact, as in that stage (experiments/d2l_smollm2/LOG.md)
     chunking: str = "tokens"
 
 
@@ -116,7 +116,7 @@ class D2LAlgoConfig:
     # document's entity keeps the base model's reply distribution (KL); needs questions with kinds (data=d2l_facts)
     locality_coef: float = num(0.0, ge=0)
     # where that KL is taken: the paired question's whole reply, or its answer's tokens only (where a wrong value
-    # shows; the first CPU probe found the reply's form kept either way: experiments/d2l_smollm2/README.md)
+    # shows; the first CPU probe found the reply's form kept either way: experiments/d2l_smollm2/LOG.md)
     locality_span: str = "reply"
     # A D2L checkpoint (or a hypernet directory of gpu_scale.py) whose hypernet weights training starts from, its
     # config equal to this run's; the optimizer, schedule and step start afresh (a curriculum: one-fact documents,

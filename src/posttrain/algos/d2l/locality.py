@@ -7,7 +7,7 @@ document's LoRA applied, the model's next-token distributions over that other qu
 to the base model's without any LoRA: KL(base || base + LoRA), full vocabulary, mean over the reply's tokens
 (`algo.locality_coef`), or over the answer's tokens only (`algo.locality_span=answer`: where a wrong value shows,
 weighted more at the same coefficient). CE alone never asks a LoRA about another entity, and a LoRA learns to
-answer its kind of question with its own document's value for any entity (experiments/d2l_smollm2/README.md,
+answer its kind of question with its own document's value for any entity (experiments/d2l_smollm2/LOG.md,
 "binding").
 """
 
