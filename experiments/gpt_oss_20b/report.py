@@ -1,6 +1,6 @@
-"""The tables of experiments/gpt_oss_20b/README.md from results/runs.csv (the newest row of each arm).
+"""The tables of experiments/gpt_oss_20b from results/runs.csv (the newest row of each arm): results/report.md.
 
-    python experiments/gpt_oss_20b/report.py [--csv results/runs.csv] [--tolerance 0.15]
+    python experiments/gpt_oss_20b/report.py [--csv results/runs.csv] [--out results/report.md] [--tolerance 0.15]
 
 Exit status 1 when an arm's peak RSS is off its plan by more than the tolerance (the issue's 15%).
 """
@@ -58,11 +58,14 @@ def tables(rows: dict[str, dict[str, str]]) -> str:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--csv", default=str(HERE / "results" / "runs.csv"))
+    parser.add_argument("--out", default=str(HERE / "results" / "report.md"))
     parser.add_argument("--tolerance", type=float, default=0.15)
     args = parser.parse_args(argv)
     with open(args.csv, newline="") as f:
         rows = newest(list(csv.DictReader(f)))
-    print(tables(rows))
+    text = tables(rows)
+    print(text)
+    Path(args.out).write_text(f"<!-- python experiments/gpt_oss_20b/report.py -->\n{text}\n")
     off = [a for a, r in rows.items() if abs(float(r["rss_over_plan"]) - 1) > args.tolerance]
     if off:
         print(f"\npeak RSS off the plan by more than {args.tolerance:.0%}: {', '.join(off)}")

@@ -258,7 +258,7 @@ def test_plan_counts_extra_trainable_parameters_from_the_modules(compose):
 
 # Issue 24's measurements: `torch.cuda.max_memory_allocated` on one H100 80GB over 3 steps of
 # `python train.py model=llama3_2_1b model.tiny=true hw=h200 algo=<a> trainer.max_steps=3` at commit 2d62e03
-# (torch 2.11+cu130), recorded in experiments/gpu/README.md and experiments/memory_plan/README.md. The plan's
+# (torch 2.11+cu130), recorded in experiments/gpu/LOG.md and experiments/memory_plan/README.md. The plan's
 # comparable figure is its peak without `hw.overhead_gib` (CUDA context and allocator slack, which the allocator's
 # counter leaves out). The plan then said 5.85, 13.19 and 54.7 GiB (with the overhead). Contrastive's defaults at
 # 2d62e03 are today's detection objective (three row blocks, mean-pooled prompt, no consistency term). The h200

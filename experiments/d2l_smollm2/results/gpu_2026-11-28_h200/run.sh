@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # bash experiments/d2l_smollm2/results/gpu_2026-11-28_h200/run.sh [STAGE ...]   (default: train keep evaluate)
-# The H200's fact1_chunks hypernets of 2026-11-28 (commit aff6740; experiments/gpu/README.md, "One H200, 2026-11-28"),
+# The H200's fact1_chunks hypernets of 2026-11-28 (commit aff6740; experiments/gpu/LOG.md, 2026-11-28),
 # from which every long-document number of README.md and the 3-fact hypernets start. This rebuilds what the checkout
 # that ran them kept in its ignored .gpu/ (nothing tracked holds a hypernet):
 #   train     on a machine with a CUDA GPU (the H200: 470 s): gpu_scale.py's arm fact1_chunks (one fact among filler in
