@@ -14,9 +14,6 @@ from typing import Any
 
 from transformers import TrainerCallback
 
-# TRL/HF names -> the short names every run's metrics carry (the originals are kept too).
-_ALIASES = {"reward": ("reward",), "kl": ("kl",), "loss": ("loss",)}
-
 
 def _clean(value: Any) -> Any:
     if isinstance(value, float) and not math.isfinite(value):
@@ -68,10 +65,6 @@ class JsonlMetricsCallback(TrainerCallback):
                 fh.write(json.dumps({"step": state.global_step, **{k: _clean(v) for k, v in logs.items()}}) + "\n")
             return
         record = {"step": state.global_step, **{k: _clean(v) for k, v in logs.items()}}
-        for short, names in _ALIASES.items():
-            for name in names:
-                if name in logs:
-                    record[short] = _clean(logs[name])
         record.update(self.extra)
         with self.path.open("a") as fh:
             fh.write(json.dumps(record) + "\n")
