@@ -5,6 +5,7 @@ committed CSV tables alone (what a fresh clone has), its `--collect` step builds
 
 from __future__ import annotations
 
+import csv
 import json
 import re
 import subprocess
@@ -16,15 +17,25 @@ from tests.conftest import experiment_script
 
 ROOT = Path(__file__).resolve().parents[1]
 EXPERIMENTS = ROOT / "experiments"
-REPORTED = ("contrastive_smollm2", "grpo_smollm2", "grpo_step", "grpo_arith", "gpu")
-RAW_SAMPLE = {"grpo_arith": "metrics_math.jsonl", "grpo_step": "results/maketrain_default_seed0.jsonl"}  # raw output
+TYPED = ("kernels", "memory_plan", "reliability", "contrastive_tiny", "d2l_tiny")  # README tables moved to CSVs
+REPORTED = ("contrastive_smollm2", "grpo_smollm2", "grpo_step", "grpo_arith", "gpu", *TYPED)
+RAW_SAMPLE = {  # raw output
+    "grpo_arith": "metrics_math.jsonl",
+    "grpo_step": "results/maketrain_default_seed0.jsonl",
+    "kernels": "results/1024x1024x131072_all_backends.jsonl",
+    "memory_plan": "results/validate.txt",
+    "reliability": "results.json",
+    "contrastive_tiny": "results/contrastive/summary.json",
+    "d2l_tiny": "results/A_init0.02_1500steps_eval.json",
+}
+FIGURELESS = {"reliability"}  # its result is a count of cases: no decimal figure to check
 
 
 def _report(name: str):
     return experiment_script(EXPERIMENTS / name / "report.py")
 
 
-@pytest.mark.parametrize("name", ["grpo_smollm2", "grpo_step", "grpo_arith", "gpu"])
+@pytest.mark.parametrize("name", ["grpo_smollm2", "grpo_step", "grpo_arith", "gpu", *TYPED])
 def test_report_regenerates_the_committed_report_from_the_committed_tables(name, tmp_path):
     _report(name).main(["--out", str(tmp_path)])
     assert (tmp_path / "report.md").read_bytes() == (EXPERIMENTS / name / "results" / "report.md").read_bytes()
@@ -44,7 +55,7 @@ def test_every_decimal_figure_of_the_readme_is_in_the_report(name):
     readme = (EXPERIMENTS / name / "README.md").read_text()
     report = (EXPERIMENTS / name / "results" / "report.md").read_text()
     figures = set(re.findall(r"(?<![\w.])[+-]?\d+\.\d+(?![\w.])", _prose(readme)))
-    assert figures and not sorted(f for f in figures if f not in report)
+    assert (figures or name in FIGURELESS) and not sorted(f for f in figures if f not in report)
     assert report.startswith(f"<!-- python experiments/{name}/report.py -->\n")
     assert len(readme.encode()) <= 10_500
 
@@ -66,6 +77,16 @@ def test_the_tables_stay_small_and_the_raw_output_out_of_git(name):
         ["git", "check-ignore", "--no-index", *map(str, kept + raw)], cwd=ROOT, capture_output=True, text=True
     )
     assert proc.stdout.split() == [str(p) for p in raw]
+
+
+@pytest.mark.parametrize("name", TYPED)
+def test_the_readme_table_is_the_reports(name):
+    """The one results table of the README is copied from results/report.md, line for line."""
+    readme = (EXPERIMENTS / name / "README.md").read_text().splitlines()
+    report = (EXPERIMENTS / name / "results" / "report.md").read_text().splitlines()
+    table = [line for line in readme if line.startswith("|")]
+    assert table and [line for line in table if line not in report] == []
+    assert sum(line.startswith("|---") for line in table) == 1  # one table
 
 
 # --- grpo_smollm2 ---------------------------------------------------------------------------------------------------
@@ -284,3 +305,192 @@ def test_gpu_collect_builds_checks_csv_from_a_lease_folder(tmp_path):
     )
     assert "best [1, 2048, 8] in 0.3 ms; default [4, 1024, 8] in 0.4 ms" in text
     assert "held-out 0.1 -> 0.6" in text and "first step 30.00 s, median of the others 0.5000 s" in text
+
+
+# --- kernels --------------------------------------------------------------------------------------------------------
+
+
+def _loss_bench(backend: str, seconds: float, peak: float, ratio: float, **extra) -> dict:
+    rec = {"bench": "grpo_loss", "backend": backend, "shape": [2, 3, 5], "dtype": "fp32", "threads": None}
+    return (
+        rec
+        | {"seconds": seconds, "times": [seconds * 2, seconds], "peak_mib": peak, "ratio_vs_two_gemm": ratio}
+        | extra
+    )
+
+
+def test_kernels_collect_merges_bench_lines_into_the_tables(tmp_path):
+    raw = tmp_path / "raw"
+    raw.mkdir()
+    record = [
+        _loss_bench("two_gemm", 2.0, 500.4, 1.0, loadavg=[1.04, 1.25]),
+        _loss_bench("fused", 2.0625, 16.5, 1.031, loadavg=[1.5, 1.75]),
+        _loss_bench("fused@tiles", 3.0, 20.0, 1.5, loadavg=[2.0, 2.0]),
+    ]
+    (raw / "2x3x5_fp32_idle2.jsonl").write_text("not json\n" + "".join(json.dumps(r) + "\n" for r in record))
+    (raw / "2x3x5_fp32_idle2.progress.jsonl").write_text(json.dumps({"progress": {"backend": "fused"}}) + "\n")
+    eager = [
+        _loss_bench("eager", 4.0, 1500.0, 2.0, ratio_vs_eager=1.0),
+        {"bench": "grpo_loss", "backend": "liger", "shape": [2, 3, 5], "dtype": "fp32", "error": "not installed"},
+    ]
+    (raw / "2x3x5_all_backends_demo.jsonl").write_text("".join(json.dumps(r) + "\n" for r in eager))
+    accuracy = {"case": "bf16", "logp": 1.23e-07, "entropy": 5.9e-07, "dh": 0.0016, "dw": 0.00234, "far_logp_err": 2e-5}
+    (raw / "accuracy.jsonl").write_text(json.dumps(accuracy) + "\n")
+    tables = tmp_path / "tables"
+    report = _report("kernels")
+    report.main(["--collect", str(raw), "--results", str(tables)])
+    bench = (tables / "bench.csv").read_text().splitlines()
+    assert bench[0] == "run,backend,shape,dtype,threads,seconds,times,peak_mib,loadavg,ratio_vs_eager," + (
+        "mem_ratio_vs_eager,ratio_vs_two_gemm,error"
+    )
+    assert len(bench) == 1 + 5 and '2x3x5_fp32_idle2,fused,2x3x5,fp32,,2.0625,"[4.125, 2.0625]",16.5,' in bench[4]
+    assert (tables / "accuracy.csv").read_text().splitlines()[
+        1
+    ] == "bf16,accuracy,1.23e-07,5.9e-07,0.0016,0.00234,2e-05"
+    text = (tables / "report.md").read_text()
+    assert "| 2, 3, 5 | fp32 | 2.000 | **2.063** | **1.031** | 1.500 | 500 / 17 |" in text  # halves round up
+    assert "| **fused** | **2.0625** | 4.1250, 2.0625 | 1.5, 1.8 | **17** | 1.031 |" not in text  # 3 digits
+    assert "| **fused** | **2.063** | 4.125, 2.063 | 1.5, 1.8 | **17** | 1.031 |" in text
+    assert "| eager | 4.000 | 8.000, 4.000 | 1500 | 1.0 | 2.0 |" in text and "| liger | error: not installed |" in text
+    assert "| bf16 | 1.2e-7 | 5.9e-7 | 1.6e-3 | 2.3e-3 | 2.0e-5 |" in text
+    # a later collect of one run replaces that run's rows and keeps the others
+    (raw / "2x3x5_all_backends_demo.jsonl").write_text(json.dumps(_loss_bench("eager", 5.0, 1.0, 2.5)) + "\n")
+    report.main(["--collect", str(raw / "2x3x5_all_backends_demo.jsonl"), "--results", str(tables)])
+    bench = (tables / "bench.csv").read_text().splitlines()
+    assert len(bench) == 1 + 4 and sum(line.startswith("2x3x5_fp32_idle2,") for line in bench) == 3
+
+
+# --- memory_plan ----------------------------------------------------------------------------------------------------
+
+
+def test_memory_plan_collect_merges_validate_output_into_rss_csv(tmp_path):
+    tables = tmp_path / "tables"
+    tables.mkdir()
+    (tables / "rss.csv").write_text(
+        "case,params_m,trainable_m,planned_gib,measured_gib,error,source\nM-full,56.0,55.98,1.955,2.084,-0.062,README\n"
+    )
+    case = {"case": "S-lora", "params_total": 19288832, "params_trainable": 57344, "planned_gib": 0.8091}
+    case |= {"measured_gib": 0.904, "error": -0.105, "components_gib": {"weights": 0.07}}
+    out = tmp_path / "validate.txt"
+    out.write_text(json.dumps(case) + "\n\n| case | params |\n|---|---|\n| S-lora | 19.3M |\n")
+    _report("memory_plan").main(["--collect", str(out), "--results", str(tables)])
+    rows = (tables / "rss.csv").read_text().splitlines()
+    assert rows[1:] == [
+        "M-full,56.0,55.98,1.955,2.084,-0.062,README",
+        "S-lora,19.288832,0.057344,0.8091,0.904,-0.105,validate.txt",
+    ]
+    text = (tables / "report.md").read_text()
+    assert "| S-lora | 19.3M | 0.06M | 0.809 | 0.904 | -10.5% |" in text
+    assert "| M-full | 56.0M | 55.98M | 1.955 | 2.084 | -6.2% |" in text and "Rows from: README; validate.txt." in text
+
+
+# --- reliability ----------------------------------------------------------------------------------------------------
+
+
+def _case_record(case, stderr: list[str], problems: list[str] = (), created: list[str] = ()) -> dict:
+    rec = {"id": case.id, "problem": case.problem, "args": " ".join(case.args), "exit": 2, "stderr": stderr}
+    return rec | {
+        "changed": [],
+        "created": list(created),
+        "problems": list(problems),
+        "seconds": 1.25,
+        "mode": "subprocess",
+    }
+
+
+def test_reliability_collect_and_cases_py_write_the_csv_the_report_reads(tmp_path, monkeypatch):
+    from experiments.reliability import cases
+
+    quiet = next(c for c in cases.CASES if c.writes_nothing)
+    loud = next(c for c in cases.CASES if not c.writes_nothing)
+    records = [
+        _case_record(quiet, ["error: a | b"]),
+        _case_record(loud, ["warning: x", "error: y"], ["2 stderr lines"], ["run/cli.log"]),
+    ]
+    (tmp_path / "results.json").write_text(json.dumps(records))
+    tables = tmp_path / "tables"
+    report = _report("reliability")
+    report.main(["--collect", str(tmp_path / "results.json"), "--results", str(tables)])
+    rows = (tables / "cases.csv").read_text().splitlines()
+    assert rows[0] == "id,problem,args,exit,stderr,changed,created,problems,seconds,mode,writes_nothing"
+    assert rows[1].endswith(',2,"[""error: a | b""]",[],[],[],1.25,subprocess,1')
+    text = (tables / "report.md").read_text()
+    assert text.startswith("<!-- python experiments/reliability/report.py -->\n\n1/2 cases hold the contract")
+    assert "1 of the 1 `writes_nothing` cases created no file; 2 s of subprocesses in all." in text
+    assert f"| 1 | {quiet.problem} | 2 | yes |" in text and f"| 2 | {loud.problem} | 2 | NO: 2 stderr lines |" in text
+    assert "| `error: a \\| b` | yes |" in text and "| `warning: x ⏎ error: y` | NO: 2 stderr lines |" in text
+    assert report.read_cases(tables / "cases.csv")[1] == records[1] | {"writes_nothing": False}
+    # cases.py merges a run into results/cases.csv (in the case list's order) and rewrites report.md
+    monkeypatch.setattr(cases, "RESULTS", tables / "cases.csv")
+    merged = cases.write_outputs([_case_record(loud, ["error: fixed"]) | {"writes_nothing": False}])
+    assert [r["id"] for r in merged] == [c.id for c in cases.CASES if c.id in (quiet.id, loud.id)]
+    assert "2/2 cases hold the contract" in (tables / "report.md").read_text()
+
+
+# --- contrastive_tiny -----------------------------------------------------------------------------------------------
+
+
+def test_contrastive_tiny_collect_reads_the_run_dirs(tmp_path):
+    runs = tmp_path / "runs"
+    before = {"asr_heldout": 0.875, "asr_train_templates": 0.5, "utility_benign": 0.125, "utility_injected": 0.0}
+    before |= {"n_heldout": 8, "n_train_templates": 4, "asr_by_type": {"ignore": 1.0, "role_play": 0.75}}
+    before |= {"tables": {"by_type": []}, "flag": True}
+    after = {"asr_heldout": 0.0, "asr_train_templates": 0.25, "utility_benign": 0.25, "utility_injected": 0.125}
+    for run, extra in (("vulnerable", {}), ("contrastive", {"utility_benign": 0.5}), ("lm_only", {})):
+        (runs / run).mkdir(parents=True)
+        (runs / run / "summary.json").write_text(json.dumps({"eval_before": before, "eval_after": after | extra}))
+    log = [{"step": s, "lm_loss": 1.0 if s <= 10 else 0.5, "nce": 2.0} for s in range(1, 61)]
+    (runs / "contrastive" / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in log))
+    probe = {"pooled_cos_benign_counterfactual": 0.9876, "pooled_cos_benign_injected": 0.5}
+    probe |= {"head_cos_benign_counterfactual": 0.25, "head_cos_benign_injected": -0.0875, "injected_replies": []}
+    (runs / "contrastive" / "probe.json").write_text(json.dumps(probe))
+    tables = tmp_path / "tables"
+    _report("contrastive_tiny").main(["--collect", str(runs), "--results", str(tables)])
+    rows = (tables / "metrics.csv").read_text().splitlines()
+    assert rows[0] == "run,source,metric,value" and "contrastive,eval_before,asr_by_type/role_play,0.75" in rows
+    assert "contrastive,train,lm_loss_last50,0.5" in rows and "contrastive,train,nce_last50,2.0" in rows
+    assert not any(",flag," in r or ",tables," in r or "injected_replies" in r for r in rows)
+    text = (tables / "report.md").read_text()
+    assert "| weights | held-out ASR (n=8) | train-template ASR (n=4) |" in text
+    assert "| before: vulnerable start (both runs start here) | 0.88 | 0.50 | 0.12 | 0.00 |" in text
+    assert "| after: contrastive + LM | 0.00 | 0.25 | 0.50 | 0.12 |" in text
+    assert "| role_play | 0.75 | - | - |" in text and "| contrastive + LM | 0.50 | 2.00 |" in text
+    assert "| contrastive + LM | 0.988 | 0.500 | 0.250 | -0.087 |" in text
+
+
+# --- d2l_tiny -------------------------------------------------------------------------------------------------------
+
+
+def test_d2l_tiny_collect_builds_the_tables_and_keeps_typed_in_values(tmp_path):
+    raw = tmp_path / "raw"
+    raw.mkdir()
+    scores = {"no_context": 6.0465, "in_context": 5.9204, "d2l": 3.5555, "d2l_other_doc": 4.0709}
+    data = {"num_docs": 2, "num_questions": 4, "internalize_ms_per_doc": 7.25}
+    data |= {c: {"answer_loss": v, "exact_match": 0.25, "rouge_l": 0.5} for c, v in scores.items()}
+    data["examples"] = [
+        {"question": "Where?", "answer": "Oslo", "no_context": "\x1d|x", "in_context": "", "d2l": "blog"}
+    ]
+    (raw / "X_init0.1_20steps_500docs_eval.json").write_text(json.dumps(data))
+    summary = {"runtime_s": 12.5, "final_step": 20, "ce_loss_first5_mean": 4.555, "ce_loss_last5_mean": 3.2}
+    summary |= {"internalize_ms_per_doc": 7.25, "eval_d2l_answer_loss": 3.5555}
+    (raw / "X_init0.1_20steps_500docs_summary.json").write_text(json.dumps(summary))
+    tables = tmp_path / "tables"
+    tables.mkdir()
+    (tables / "runs.csv").write_text("run,initializer_range,num_train,answer_ce_floor\nX,,,4.54\n")
+    (tables / "budget.csv").write_text(
+        "task,steps,seed,no_context,d2l,d2l_other_doc,other_minus_d2l,wall_s\ndemo,150,0,5.964,2.943,3.477,0.53,89\n"
+    )
+    _report("d2l_tiny").main(["--collect", str(raw), "--results", str(tables)])
+    runs = list(csv.DictReader((tables / "runs.csv").open()))
+    assert runs[0]["file"] == "X_init0.1_20steps_500docs" and runs[0]["answer_ce_floor"] == "4.54"
+    assert (runs[0]["initializer_range"], runs[0]["num_train"], runs[0]["runtime_s"]) == ("0.1", "500", "12.5")
+    assert "eval_d2l_answer_loss" not in runs[0]
+    assert (tables / "eval.csv").read_text().splitlines()[3] == "X,d2l,3.5555,0.25,0.5"
+    assert json.loads(next(csv.DictReader((tables / "examples.csv").open()))["no_context"]) == "\x1d|x"
+    text = (tables / "report.md").read_text()
+    assert "## Held-out documents (2 docs, 4 questions)" in text
+    assert "| X (init 0.1, 500 docs) | 20 (13 s) | no context | 6.047 | 0.25 | 0.50 |" in text
+    assert "| | | **D2L** | **3.556** | 0.25 | 0.50 |" in text  # halves round up
+    assert "| X | 4.56 -> 3.20 | 7.3 | -2.49 | 0.52 | -2.36 | 4.54 |" in text
+    assert "| 150 | 0 | 5.964 | 2.943 | 3.477 | 0.53 | 89 s |" in text
+    assert '| X | Where? | Oslo | `"\\u001d\\|x"` | `""` | `"blog"` | `` |' in text

@@ -2,7 +2,8 @@
 
 For each run dir, load the final checkpoint and report, over the eval triplets, the mean cosine between the
 masked-mean pooled hidden states (no head) of benign vs counterfactual and benign vs injected, and the same
-after the projection head; plus a few greedy replies to injected inputs.
+after the projection head; plus a few greedy replies to injected inputs. Each run's result is printed and written
+to <run dir>/probe.json, which `report.py --collect` reads.
 
     python experiments/contrastive_tiny/probe_repr.py runs/contrastive_tiny
 """
@@ -60,7 +61,9 @@ def main() -> None:
     out = Path(sys.argv[1] if len(sys.argv) > 1 else "runs/contrastive_tiny")
     for name in ("vulnerable", "contrastive", "lm_only"):
         if (out / name / "config.yaml").is_file():
-            print(name, json.dumps(probe(out / name), indent=1))
+            result = probe(out / name)
+            (out / name / "probe.json").write_text(json.dumps(result, indent=1) + "\n")
+            print(name, json.dumps(result, indent=1))
 
 
 if __name__ == "__main__":

@@ -21,3 +21,5 @@ python train.py "${COMMON[@]}" algo.init_from="$START" data.num_train=2400 data.
 python train.py "${COMMON[@]}" algo.init_from="$START" algo.contrastive_weight=0 data.num_train=2400 data.num_eval=200 \
   trainer.max_steps=300 hydra.run.dir="$OUT/lm_only"
 python experiments/contrastive_tiny/table.py "$OUT"
+python experiments/contrastive_tiny/probe_repr.py "$OUT"                 # writes $OUT/<run>/probe.json
+python experiments/contrastive_tiny/report.py --collect "$OUT" > /dev/null  # -> results/metrics.csv, report.md

@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
-# bash experiments/kernels/run_tables.sh [TAG]   (from anywhere; regenerates the fused vs two-GEMM tables of README.md)
+# bash experiments/kernels/run_tables.sh [TAG]   (from anywhere; the fused vs two-GEMM runs, then results/report.md)
 #
 # One `python -m posttrain.bench grpo_loss` invocation per (shape, dtype): two_gemm, fused and its variants, ROUNDS
 # rounds round-robin, each (backend, round) its own process. Writes
 #   results/<N>x<H>x<V>_<dtype>_<TAG>.jsonl           one JSON line per backend (min seconds, all rounds, loadavg)
 #   results/<N>x<H>x<V>_<dtype>_<TAG>.progress.jsonl  every single run as it finished
-# and prints /proc/loadavg around each invocation and the markdown tables at the end (table.py).
+# (both git-ignored), prints /proc/loadavg around each invocation and the markdown tables at the end (table.py),
+# then merges the runs into results/bench.csv and rewrites results/report.md (report.py --collect).
 # Environment: PYTHON (default: python), ROUNDS (default: 3), EXTRA_BACKENDS (e.g. eager,chunked,liger: appended
 # to the fp32 runs), SHAPES (default: "1024,1024,131072 2048,2880,201088"), DTYPES (default: "fp32 bf16").
 # Takes ~10 min on an idle 2-core Sapphire Rapids; run it with nothing else on the machine.
@@ -32,3 +33,4 @@ for SHAPE in ${SHAPES:-1024,1024,131072 2048,2880,201088}; do
   done
 done
 "$PYTHON" experiments/kernels/table.py "${files[@]}"
+"$PYTHON" experiments/kernels/report.py --collect "${files[@]}" > /dev/null

@@ -5,7 +5,8 @@
 
 Each case composes the plan of its overrides in this interpreter (`train.py ... mode=plan`'s JSON: peak_gib) and
 runs the same overrides with `mode=train` in a fresh process whose peak resident set size (ru_maxrss of the
-child) is the measurement.
+child) is the measurement. Save the printout (`| tee results/NAME.txt`, git-ignored) and merge its JSON lines into
+results/rss.csv and results/report.md with `python experiments/memory_plan/report.py --collect results/NAME.txt`.
 """
 
 from __future__ import annotations

@@ -1,7 +1,9 @@
 """Bad-input cases for `python train.py`: each must fail with one `error:` line, exit non-zero, overwrite nothing.
 
-    python experiments/reliability/cases.py --jobs 2          # every case as a real subprocess; rewrites the table
+    python experiments/reliability/cases.py --jobs 2          # every case as a real subprocess; rewrites the tables
     python experiments/reliability/cases.py --only nan_loss   # re-run one case, replace its row
+
+Each run merges its cases into results/cases.csv (one row per case) and report.py rewrites results/report.md.
 
 A case is a command line (overrides; `{case}` is the case's own folder) plus an optional setup that writes the bad
 file or the run dir already on disk. reliability_runner.py snapshots the case folder and the shared reference checkpoint
@@ -12,6 +14,7 @@ runs the same cases in-process (one interpreter, fast) and a few of them as subp
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import os
 import re
@@ -34,7 +37,6 @@ from reliability_runner import (
     run_cli_inprocess,
 )
 
-README = HERE / "README.md"
 __all__ = ["CASES", "FAST", "Case", "Result", "make_good_checkpoint", "run_case", "run_cli_inprocess"]
 
 
@@ -410,9 +412,16 @@ CASES: list[Case] = [
 ]
 
 
-# -- results.json and the README table ---------------------------------------------------------------------------
-BEGIN, END = "<!-- cases:begin -->", "<!-- cases:end -->"
-RESULTS = HERE / "results.json"
+# -- results/cases.csv and results/report.md -----------------------------------------------------------------------
+RESULTS = HERE / "results" / "cases.csv"
+
+
+def _report():
+    """report.py beside this file, by its path (it renders results/report.md from results/cases.csv)."""
+    spec = importlib.util.spec_from_file_location("reliability_report", HERE / "report.py")
+    module = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
+    spec.loader.exec_module(module)  # type: ignore[union-attr]
+    return module
 
 
 def _display_args(case: Case) -> str:
@@ -425,7 +434,7 @@ def _display_args(case: Case) -> str:
 
 
 def record(r: Result, work: Path) -> dict:
-    """What the table shows of one subprocess result (work-dir paths written as <work>)."""
+    """What the tables show of one subprocess result (work-dir paths written as <work>)."""
     lines = [ln.replace(str(work), "<work>") for ln in r.lines]
     return {
         "id": r.case.id,
@@ -438,40 +447,27 @@ def record(r: Result, work: Path) -> dict:
         "problems": r.problems(),
         "seconds": r.seconds,
         "mode": "subprocess",
+        "writes_nothing": r.case.writes_nothing,
     }
 
 
-def table(records: list[dict]) -> str:
-    rows = [
-        "| # | case | overrides (after the tiny-run base) | exit | observed stderr (all of it) | ok |",
-        "|---|---|---|---|---|---|",
-    ]
-    for i, rec in enumerate(records, 1):
-        msg = " ⏎ ".join(rec["stderr"]).replace("|", "\\|")
-        args = rec["args"].replace("|", "\\|")
-        ok = "yes" if not rec["problems"] else "NO: " + "; ".join(rec["problems"]).replace("|", "\\|")
-        rows.append(f"| {i} | {rec['problem']} | `{args}` | {rec['exit']} | `{msg}` | {ok} |")
-    return "\n".join(rows)
-
-
 def write_outputs(new: list[dict]) -> list[dict]:
-    """Merge `new` into results.json (case order, cases no longer listed dropped) and rewrite the README table."""
-    old = {r["id"]: r for r in json.loads(RESULTS.read_text())} if RESULTS.is_file() else {}
+    """Merge `new` into results/cases.csv (case order, cases no longer listed dropped); rewrite results/report.md."""
+    report = _report()
+    old = {r["id"]: r for r in report.read_cases(RESULTS)}
     old.update({r["id"]: r for r in new})
     records = [old[c.id] for c in CASES if c.id in old]
-    RESULTS.write_text(json.dumps(records, indent=1, ensure_ascii=False) + "\n")
-    text = README.read_text()
-    body = f"{BEGIN}\n{table(records)}\n{END}"
-    README.write_text(re.sub(re.escape(BEGIN) + r".*?" + re.escape(END), lambda _: body, text, flags=re.S))
+    report.write_cases(RESULTS, records)
+    report.report(RESULTS.parent, RESULTS.parent)
     return records
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--only", nargs="*", help="case ids (their rows of results.json/README are replaced)")
+    ap.add_argument("--only", nargs="*", help="case ids (their rows of results/cases.csv are replaced)")
     ap.add_argument("--work", type=Path, help="work dir (default: a temp dir)")
     ap.add_argument("--inprocess", action="store_true", help="run in this interpreter (fast, less strict; no write)")
-    ap.add_argument("--no-write", action="store_true", help="do not touch results.json / the README table")
+    ap.add_argument("--no-write", action="store_true", help="do not touch results/cases.csv and results/report.md")
     ap.add_argument("--jobs", type=int, default=1, help="cases run at once (subprocess mode)")
     a = ap.parse_args()
     work = a.work or Path(tempfile.mkdtemp(prefix="reliability-"))

@@ -245,7 +245,7 @@ def test_fused_tile_loop(monkeypatch, flash_calls, dtype, extra):
 
 def test_fused_bf16_gemms_vs_upcast(monkeypatch, flash_calls):
     """What the bf16-GEMM choice costs in accuracy: with fp32 GEMMs on upcast chunks the loss is fp32-exact
-    (< 2e-6); with bf16 GEMMs (the default, 2-5x faster, experiments/kernels/README.md) it is off by ~1e-5,
+    (< 2e-6); with bf16 GEMMs (the default, 2-5x faster, experiments/kernels/LOG.md) it is off by ~1e-5,
     inside the bf16 gate (1e-4) and ~1000x below what bf16 logits cost."""
     from posttrain.kernels import fused
 

@@ -2,11 +2,14 @@
 a non-zero exit, and no file already on disk changed (the reference checkpoint, the previous run's files...).
 
 The cases run in this interpreter (one import of torch/transformers for all of them); a few also run as real
-`python train.py` subprocesses, and the README table is checked against the case list.
+`python train.py` subprocesses, and the committed results (results/cases.csv, report.md, the README's table) are
+checked against the case list.
 """
 
 from __future__ import annotations
 
+import csv
+import json
 import re
 
 import pytest
@@ -80,11 +83,21 @@ def test_real_subprocess_stderr_is_exactly_one_line(case_id, work):
     assert result.rc == 2
 
 
-def test_readme_table_covers_every_case():
-    text = (ROOT / "experiments" / "reliability" / "README.md").read_text()
-    body = text.split(cases.BEGIN)[1].split(cases.END)[0]
-    rows = [ln for ln in body.splitlines() if re.match(r"\| \d+ \|", ln)]
+def test_results_table_covers_every_case():
+    """results/cases.csv has one row per case, in the case list's order, and report.md's full table shows each with
+    its `error:` line and "yes" (the README shows report.md's one-line-per-case table)."""
+    folder = ROOT / "experiments" / "reliability"
+    with (folder / "results" / "cases.csv").open(newline="") as f:
+        records = list(csv.DictReader(f))
+    assert [r["id"] for r in records] == [c.id for c in cases.CASES]
+    assert [r["problem"] for r in records] == [c.problem for c in cases.CASES]
+    text = (folder / "results" / "report.md").read_text()
+    full = text.split("## Every case")[1]
+    rows = [ln for ln in full.splitlines() if re.match(r"\| \d+ \|", ln)]
     assert len(rows) == len(cases.CASES) >= 25
-    for case, row in zip(cases.CASES, rows):
-        assert f"| {case.problem} |" in row
+    for i, (case, rec, row) in enumerate(zip(cases.CASES, records, rows), 1):
+        assert row.startswith(f"| {i} | {case.problem} | `{cases._display_args(case)}` |"), row  # as run now
         assert "| yes |" in row and "error: " in row, row
+        assert json.loads(rec["problems"]) == [] and int(rec["exit"]) == 2, rec
+    readme = (folder / "README.md").read_text()
+    assert all(f"| {i} | {c.problem} | 2 | yes |" in readme for i, c in enumerate(cases.CASES, 1))

@@ -19,7 +19,7 @@ Three implementations of the forward:
   returns exactly `e` and the fp32 log-sum-exp. Its `[256 tokens x 512 vocab]` blocks stay in cache and
   the max/exp/sum pass is fused into one. In fp32 both implementations are at the two-GEMM limit on a quiet
   machine; in bf16 the flash path is 2.7-3.3x faster than the tile loop, which upcasts (measured in
-  experiments/kernels/README.md).
+  experiments/kernels/results/report.md and LOG.md).
   bf16 inputs (`BF16_NATIVE`) run bf16 GEMMs with fp32 accumulation (AMX where the CPU has it): the logits,
   the softmax and the log-sum-exp stay fp32, only `e` (gradient only) comes back rounded to bf16. There the
   kernel packs a copy of keys and values, so the vocabulary goes in chunks (a 64 MiB copy at most, chunks

@@ -33,7 +33,7 @@ bf16 inputs: the logits, softmax, log-sum-exp and entropy are fp32, so log-probs
 P and G are rounded to bf16 for the second GEMM, and `e` is normalised by the sum of the P values as rounded, so
 rounding perturbs the softmax weights but not their total. Gradients come back in bf16 (rounding 2^-9): max
 |error| / max |gradient| 1.6-2.9e-3 for the hidden and 2.3-3.5e-3 for the weight gradient in the interpreter
-tests (experiments/kernels/README.md).
+tests (experiments/kernels/results/report.md and LOG.md).
 
 On CPU (interpreter, tests) the fp32-output GEMM of bf16 inputs (`aten::mm.dtype`, CUDA only in torch 2.13) is
 stood in for by an fp32 GEMM of upcast copies: the same exact products (bf16 x bf16 fits fp32) and fp32 sums.
