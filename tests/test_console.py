@@ -163,7 +163,7 @@ def test_gradient_checkpointing_prints_no_deprecation_warning_per_step(tmp_path)
     (six FutureWarnings per step before the fix); a GRPO run with checkpointing on shows none of them."""
     import warnings
 
-    from tests.grpo.helpers import make_trainer
+    from tests.algos.grpo.helpers import make_trainer
 
     trainer = make_trainer(tmp_path, "model.gradient_checkpointing=true", "trainer.max_steps=2")
     with warnings.catch_warnings(record=True) as caught:

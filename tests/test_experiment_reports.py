@@ -1,7 +1,7 @@
 """Experiments' results as data (issue 58): each report.py regenerates its committed results/report.md from the
 committed CSV tables alone (what a fresh clone has), its `--collect` step builds those tables from raw run output
 (here a tiny synthetic one), and every decimal figure of an experiment's README is in its report.md.
-(experiments/contrastive_smollm2's own tests are in tests/contrastive/test_experiment.py.)"""
+(experiments/contrastive_smollm2's own tests are in tests/algos/contrastive/test_experiment.py.)"""
 
 from __future__ import annotations
 

@@ -202,7 +202,7 @@ def report(results: Path, out: Path) -> Path:
         "",
         *runs_table(runs, scores),
         "",
-        "## The slow end-to-end test's budget (`tests/d2l/test_e2e.py`; answer loss, nats/token)",
+        "## The slow end-to-end test's budget (`tests/algos/d2l/test_e2e.py`; answer loss, nats/token)",
         "",
         *budget_tables(_read_csv(results / "budget.csv")),
         "## Greedy answers (the first held-out questions, JSON-escaped)",

@@ -7,7 +7,7 @@
 #   results/<N>x<H>x<V>_<dtype>_<TAG>.progress.jsonl  every single run as it finished
 # (both git-ignored), prints /proc/loadavg around each invocation and the markdown tables at the end (table.py),
 # then merges the runs into results/bench.csv and rewrites results/report.md (report.py --collect).
-# Environment: PYTHON (default: python), ROUNDS (default: 3), EXTRA_BACKENDS (e.g. eager,chunked,liger: appended
+# Environment: PYTHON (default: python), ROUNDS (default: 3), EXTRA_BACKENDS (e.g. eager,chunked: appended
 # to the fp32 runs), SHAPES (default: "1024,1024,131072 2048,2880,201088"), DTYPES (default: "fp32 bf16").
 # Takes ~10 min on an idle 2-core Sapphire Rapids; run it with nothing else on the machine.
 set -euo pipefail

@@ -6,7 +6,6 @@ It talks to algorithms only through `posttrain.algos.base.Algorithm` (found by n
 from __future__ import annotations
 
 import json
-import os
 import time
 from pathlib import Path
 from typing import Any
@@ -35,10 +34,9 @@ def run_dir_of(cfg: DictConfig) -> Path:
 def objective(cfg: DictConfig, summary: dict[str, Any]) -> float | None:
     """The number the task function returns to Hydra sweepers: `summary[optimized_metric]`, default "objective".
 
-    The key comes from `optimized_metric` in the config, or from POSTTRAIN_OPTIMIZED_METRIC (the Optuna presets in
-    conf/hparams_search/ set it through `hydra.job.env_set`).
+    The key comes from `optimized_metric` in the config (the Optuna presets in conf/hparams_search/ set it).
     """
-    key = OmegaConf.select(cfg, "optimized_metric", default=None) or os.environ.get("POSTTRAIN_OPTIMIZED_METRIC")
+    key = OmegaConf.select(cfg, "optimized_metric", default=None)
     if not key:
         return summary.get("objective")
     if key not in summary:

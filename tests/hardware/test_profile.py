@@ -216,9 +216,9 @@ def test_tpu_prefers_pallas_unless_chosen(compose):
     cfg = compose("hw=tpu")
     apply_profile(cfg, overrides=set())
     assert cfg.kernels.backend == "pallas" and cfg.hw.device == "xla" and cfg.hw.precision == "bf16"
-    chosen = compose("hw=tpu", "kernels=liger")
+    chosen = compose("hw=tpu", "kernels=eager")
     apply_profile(chosen, overrides={"kernels"})
-    assert chosen.kernels.backend == "liger"
+    assert chosen.kernels.backend == "eager"
 
 
 def test_more_than_one_device_names_launcher_and_sharding(compose):

@@ -8,7 +8,7 @@ import math
 import pytest
 import torch
 
-from posttrain.kernels.policy_loss import sampling_importance_ratio
+from posttrain.algos.grpo.sampler_mismatch import sampling_importance_ratio
 from posttrain.kernels.registry import SAMPLING_IS_MODES
 
 OLD = torch.tensor([[-1.0, -2.0, -0.5], [-1.0, -1.0, 0.0]])

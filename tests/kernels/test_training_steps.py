@@ -1,13 +1,12 @@
-"""A few optimizer steps of a tiny model: `fused` and `eager` give the same loss trajectory from one seed."""
+"""A few optimizer steps of a tiny model on TRL's loss: `fused` and `eager` log-probs give the same loss trajectory
+from one seed."""
 
 from __future__ import annotations
 
 import pytest
 import torch
 
-from posttrain.kernels import grpo_loss
-
-from .trl_ref import completion_hidden, make_inputs, tiny_model
+from .trl_ref import make_inputs, tiny_model, trl_loss
 
 
 def _trajectory(backend: str, steps: int = 5, full_finetune: bool = True) -> list[float]:
@@ -17,19 +16,7 @@ def _trajectory(backend: str, steps: int = 5, full_finetune: bool = True) -> lis
     opt = torch.optim.Adam([p for p in model.parameters() if p.requires_grad], lr=1e-2)
     losses = []
     for _ in range(steps):
-        hidden = completion_hidden(model, inputs)
-        loss, stats = grpo_loss(
-            hidden,
-            model.lm_head.weight,
-            inputs["completion_ids"],
-            inputs["completion_mask"],
-            inputs["advantages"],
-            inputs["old_per_token_logps"],
-            inputs["ref_per_token_logps"],
-            backend=backend,
-            beta=0.04,
-            loss_type="dapo",
-        )
+        loss, _ = trl_loss(model, inputs, backend=backend, beta=0.04, loss_type="dapo")
         opt.zero_grad()
         loss.backward()
         opt.step()

@@ -3,7 +3,8 @@
 `GRPOTrainer.__init__` needs datasets, reward functions and a generation backend, none of which the
 loss touches, so the unbound `_compute_loss` runs on a stub carrying exactly the attributes it reads;
 the model is patched with TRL's own fused LM head (`add_fused_lm_head`), as the trainer does. Every
-`GRPOConfig` option the loss reads has TRL's default unless a test sets it.
+`GRPOConfig` option the loss reads has TRL's default unless a test sets it. With `backend`, the stub's
+log-prob pass is the trainer's (`KernelLogpsMixin`) on that posttrain kernel: what the trainer runs.
 """
 
 from __future__ import annotations
@@ -15,9 +16,10 @@ from contextlib import nullcontext
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 from trl import GRPOConfig, GRPOTrainer
+from trl.models.utils import _ForwardRedirection
 from trl.trainer.utils import add_fused_lm_head
 
-from posttrain.kernels.registry import LOSS_TYPE_PARAMS
+from posttrain.algos.grpo.kernel_logps import KernelLogpsMixin
 
 
 class _Accelerator:
@@ -38,6 +40,9 @@ class _Accelerator:
 
     def pad_across_processes(self, x, dim=0, pad_index=0):
         return x
+
+    def unwrap_model(self, model):
+        return model
 
 
 def tiny_model(vocab: int = 160, hidden: int = 32, seed: int = 0, temperature: float = 1.0) -> LlamaForCausalLM:
@@ -67,7 +72,13 @@ def trl_default(field: str):
 # the GRPOConfig fields `_compute_loss` reads from `self.args`
 _ARGS = (
     "use_bias_correction_kl",
-    *LOSS_TYPE_PARAMS,
+    "delta",
+    "sapo_temperature_pos",
+    "sapo_temperature_neg",
+    "vespo_k_pos",
+    "vespo_lambda_pos",
+    "vespo_k_neg",
+    "vespo_lambda_neg",
     "entropy_target",
     "entropy_coef_delta",
     "entropy_coef_min",
@@ -90,9 +101,12 @@ def trl_loss(
     entropy_coef=0.0,
     use_adaptive_entropy=False,
     accumulation_steps=1,
+    backend: str | None = None,
+    temperature: float = 1.0,
     **args,
 ):
-    """(loss, metrics) from TRL's `GRPOTrainer._compute_loss` (train mode).
+    """(loss, metrics) from TRL's `GRPOTrainer._compute_loss` (train mode), its log-probs from TRL's fused head
+    (`backend` None) or from the trainer's kernel pass on `backend`.
 
     `args` override the `GRPOConfig` fields the loss reads from `self.args` (`_ARGS`); every other one keeps TRL's
     default (e.g. `use_bias_correction_kl`). `inputs["importance_sampling_ratio"]`, when present, is applied as TRL
@@ -128,9 +142,17 @@ def trl_loss(
         args=types.SimpleNamespace(**{**defaults, **args}, steps_per_generation=accumulation_steps),
         get_off_policy_mask=GRPOTrainer.get_off_policy_mask,
         get_gamma_weights=GRPOTrainer.get_gamma_weights,
+        kernel_backend=backend,
+        temperature=temperature,
+        share_prompts=False,
+        _forward_redirection=_ForwardRedirection(),
     )
+    stub.args.gradient_checkpointing = False
     for method in ("_get_per_token_logps_and_entropies", "get_high_entropy_mask"):
         setattr(stub, method, types.MethodType(getattr(GRPOTrainer, method), stub))
+    if backend is not None:  # the kernel pass (the mixin's own methods, on the stub)
+        for method in ("_get_per_token_logps_and_entropies", "_kernel_logps", "_completion_hidden", "_shares_prompts"):
+            setattr(stub, method, types.MethodType(getattr(KernelLogpsMixin, method), stub))
     model.train()
     inputs = dict(inputs)
     inputs["num_items_in_batch"] = inputs["completion_mask"].sum() * accumulation_steps

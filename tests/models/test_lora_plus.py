@@ -46,7 +46,7 @@ def test_b_matrices_step_at_the_ratio_times_the_lr(tmp_path, ratio):
 
 def test_contrastive_trainer_takes_the_ratio(tmp_path):
     from posttrain.algos.contrastive.api import build_trainer as build_contrastive
-    from tests.contrastive.helpers import TINY
+    from tests.algos.contrastive.helpers import TINY
 
     cfg = load_config([*TINY, "trainer.max_steps=1", "model.lora.loraplus_lr_ratio=8"])
     trainer = build_contrastive(cfg, tmp_path)

@@ -10,7 +10,7 @@ from transformers import TrainerCallback
 from posttrain.algos.grpo.build import build_trainer
 from posttrain.config.compose import load_config
 from posttrain.rollout.merged_copy import RolloutCopy
-from tests.grpo.helpers import first_batch, make_trainer
+from tests.algos.grpo.helpers import first_batch, make_trainer
 
 SMALL = [
     "trainer.progress_bar=false",

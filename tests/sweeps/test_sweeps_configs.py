@@ -138,15 +138,11 @@ def test_objective_follows_optimized_metric(monkeypatch):
 
     from posttrain.run import objective
 
-    cfg = OmegaConf.create({"seed": 0})
     summary = {"objective": 0.5, "final_reward": 0.9}
-    monkeypatch.delenv("POSTTRAIN_OPTIMIZED_METRIC", raising=False)
-    assert objective(cfg, summary) == 0.5
-    monkeypatch.setenv("POSTTRAIN_OPTIMIZED_METRIC", "final_reward")
-    assert objective(cfg, summary) == 0.9
-    monkeypatch.setenv("POSTTRAIN_OPTIMIZED_METRIC", "final_rewrd")
+    assert objective(OmegaConf.create({"seed": 0}), summary) == 0.5
+    assert objective(OmegaConf.create({"optimized_metric": "final_reward"}), summary) == 0.9
     with pytest.raises(ConfigError, match="final_rewrd"):
-        objective(cfg, summary)
+        objective(OmegaConf.create({"optimized_metric": "final_rewrd"}), summary)
 
 
 def test_rank_overrides(monkeypatch):

@@ -1,12 +1,13 @@
 """Policy-loss benchmark: forward + backward w.r.t. hidden states, each backend in its own process.
 
-    python -m posttrain.bench grpo_loss --shape 2048,2880,201088 [--backends eager,chunked,liger,fused]
+    python -m posttrain.bench grpo_loss --shape 2048,2880,201088 [--backends eager,chunked,fused]
         [--dtype fp32|bf16] [--rounds 2] [--seq-len 256] [--threads N] [--device cpu|cuda] [--tf32|--no-tf32]
         [--repeats 5]
 
-Shape is tokens N, hidden H, vocab V (N = B * seq_len sequences, all tokens unmasked). The loss is
-GRPO with off-policy old log-probs and a k3 KL to reference log-probs (beta 0.04); the LM head weight is
-frozen (no weight gradient), as in LoRA or frozen-head training. Anchor `two_gemm`: `Z = h @ W.T` then
+Shape is tokens N, hidden H, vocab V (N = B * seq_len sequences, all tokens unmasked). Timed: the backend's
+per-token log-probs and their backward under the on-policy policy gradient (-advantage x log-prob, token mean),
+what the trainer hands TRL's loss; the loss's own [B, T] arithmetic is TRL's and the same for every backend. The
+LM head weight is frozen (no weight gradient), as in LoRA or frozen-head training. Anchor `two_gemm`: `Z = h @ W.T` then
 `Z @ W` in the input dtype (with `--dtype bf16`: two bf16 GEMMs, bf16 logits, what plain bf16 matmuls
 cost), the arithmetic any exact method has to do, timed the same way.
 
@@ -16,7 +17,7 @@ warm-up step, then `--repeats` steps, each between two CUDA events; `seconds` is
 after the warm-up (the inputs; the peak statistics are reset there), `max_allocated_mib` the absolute peak.
 TF32 (`--tf32`, the default on CUDA, as the GPU profiles' `tf32: true` sets it: `torch.set_float32_matmul_precision
 ("high")`; `--no-tf32`: "highest") applies to fp32 GEMMs. Without `--backends` every backend available on the
-device runs (on CUDA: eager, chunked, liger, fused, triton). The default `--device cpu` is the CPU benchmark
+device runs (on CUDA: eager, chunked, fused, triton). The default `--device cpu` is the CPU benchmark
 described below, unchanged (TF32 untouched unless asked).
 
 `fused@VARIANT` runs `fused` with module switches of `posttrain.kernels.fused` (FUSED_VARIANTS), so
@@ -113,9 +114,12 @@ def _step(backend, hidden, weight, ids, mask, adv, old, ref):
             out = z @ weight
         del z
         return out
-    from posttrain.kernels import grpo_loss
+    from posttrain.kernels import completion_logps
 
-    loss, _ = grpo_loss(hidden, weight, ids, mask, adv, old, ref, backend=backend, beta=0.04, loss_type="grpo")
+    logps = completion_logps(hidden, weight, ids, mask, backend=backend)
+    # the on-policy policy gradient (every loss type's at ratio 1, up to per-token weights); what follows in TRL's
+    # loss is [B, T] arithmetic, the same for every backend
+    loss = -(adv[:, None] * logps * mask).sum() / mask.sum()
     loss.backward()
     return loss
 

@@ -173,7 +173,7 @@ class LoggerConfig:
 
 @dataclass
 class KernelsConfig:
-    # trl: TRL's own loss path; the others route the policy loss through posttrain.kernels.grpo_loss
+    # trl: TRL's own log-prob head; the others give TRL's loss their log-probs (posttrain.algos.grpo.kernel_logps)
     # (the names: posttrain.kernels.registry)
     backend: str = MISSING
 

@@ -158,8 +158,6 @@ def head_bytes(
         where = "completion tokens, Triton fold" if triton else "every position, torch-op fold"
         return bwd, fwd, f"{n} tokens ({where}) in [{rows_tile}, {TRL_VOCAB_CHUNK}] tiles ({backend})"
     n = rows * logit_tokens
-    if backend == "liger":
-        return logit_tokens * vocab * 12, logit_tokens * vocab * 4, "one sequence at a time (Liger fused linear)"
     if backend == "eager":  # posttrain.kernels.eager: fp32 [n, V] logits, log-softmax, gradient
         return (
             n * vocab * (12 + (d.act if d.act < 4 else 0)),

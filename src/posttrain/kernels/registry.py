@@ -44,36 +44,24 @@ LOSSES: dict[str, LossType] = {
         LossType("vespo", "vespo", "window_tokens", "gamma weight of the sequence ratio (VESPO)"),
     )
 }
-# TRL 1.16 GRPOTrainer loss options the kernel path implements (policy_loss_from_logps)
+# TRL 1.16 GRPOTrainer's loss options
 LOSS_TYPES: tuple[str, ...] = tuple(LOSSES)
 KL_ESTIMATORS: tuple[str, ...] = ("k1", "k2", "k3")
 IS_LEVELS: tuple[str, ...] = ("token", "sequence")
 # TRL's `vllm_importance_sampling_mode`: per token or per sequence; ratios outside [clip_min, clip_max] clipped or 0
 SAMPLING_IS_MODES: tuple[str, ...] = ("token_truncate", "token_mask", "sequence_truncate", "sequence_mask")
-# GRPOConfig fields that parameterise the loss types (TRL's names), passed through unchanged to the kernel path
-LOSS_TYPE_PARAMS: tuple[str, ...] = (
-    "delta",
-    "sapo_temperature_pos",
-    "sapo_temperature_neg",
-    "vespo_k_pos",
-    "vespo_lambda_pos",
-    "vespo_k_neg",
-    "vespo_lambda_neg",
-)
 KL_BIAS_CORRECTION = True  # TRL 1.16's `use_bias_correction_kl` default (tests tie it to GRPOConfig)
 TRL = "trl"  # `kernels=trl`: TRL's own loss path (no posttrain kernel)
 
 
 @dataclass(frozen=True)
 class Backend:
-    """A policy-loss backend: `function` in `module` computes per-token log-probs (`kind="logps"`:
-    `fn(hidden [N, H], weight [V, H], targets [N], temperature) -> logp [N]`, the loss is then
-    `policy_loss_from_logps`) or the whole loss (`kind="loss"`, the `grpo_loss` contract)."""
+    """A log-prob backend: `function` in `module` computes per-token log-probs,
+    `fn(hidden [N, H], weight [V, H], targets [N], temperature) -> logp [N]`; TRL's loss takes them from there."""
 
     name: str
     module: str
     function: str
-    kind: str  # logps | loss
     summary: str
     requires: tuple[str, ...] = ()  # importable modules it needs
     native_cpu: bool = True  # False: on CPU it only runs in an interpreter (tests yes, benchmarks no)
@@ -105,7 +93,6 @@ _TABLE = (
         "eager",
         "posttrain.kernels.eager",
         "eager_logps",
-        "logps",
         "materialized fp32 [tokens, V] logits: the reference",
         entropy_function="eager_logps_entropy",
         entropy_grad=True,
@@ -115,25 +102,15 @@ _TABLE = (
         "chunked",
         "posttrain.kernels.chunked",
         "chunked_logps",
-        "logps",
         "TRL's ChunkedLogProbFunction (what GRPOTrainer itself runs)",
         ("trl",),
         entropy_function="chunked_logps_entropy",
         entropy_grad=True,
     ),
     Backend(
-        "liger",
-        "posttrain.kernels.liger",
-        "liger_grpo_loss",
-        "loss",
-        "Liger's LigerFusedLinearGRPOFunction (k3 KL only; no entropy or off-policy masks, no entropy bonus)",
-        ("liger_kernel",),
-    ),
-    Backend(
         "fused",
         "posttrain.kernels.fused",
         "fused_logps",
-        "logps",
         "ours: two GEMMs per tile, hidden-state gradient finished in the forward (CUDA: the `triton` path)",
         entropy_function="fused_logps_entropy",
         fp32_softmax=True,
@@ -142,7 +119,6 @@ _TABLE = (
         "triton",
         "posttrain.kernels.fused_device",
         "device_logps",
-        "logps",
         "`fused` for GPUs: large tiles, bf16 GEMMs with fp32 output, one Triton fold per tile, no host sync "
         "(what `fused` runs on CUDA; CPU with TRITON_INTERPRET=1)",
         ("triton",),
@@ -155,7 +131,6 @@ _TABLE = (
         "pallas",
         "posttrain.kernels.pallas",
         "pallas_logps",
-        "logps",
         "`fused` as a JAX Pallas kernel (TPU; CPU in interpret mode)",
         ("jax",),
         False,
@@ -165,41 +140,13 @@ BACKENDS: dict[str, Backend] = {b.name: b for b in _TABLE}
 CHOICES: tuple[str, ...] = (TRL, *BACKENDS)  # the values of `kernels.backend`
 
 
-def refusal(
-    backend: str,
-    *,
-    loss_type: str = "grpo",
-    importance_sampling_level: str = "token",
-    beta: float = 0.0,
-    kl_estimator: str = "k3",
-    off_policy_mask_threshold: float | None = None,
-    top_entropy_quantile: float = 1.0,
-    entropy_bonus: bool = False,
-    token_is_ratio: bool = False,
-) -> str | None:
-    """Why `backend` (a row of BACKENDS, or `trl`) cannot compute this loss, or None when it can. Config validation
-    turns it into an `error:` line, `grpo_loss` into NotImplementedError. `entropy_bonus`: TRL's `entropy_coef != 0`
-    or `use_adaptive_entropy` (the bonus needs a differentiable entropy; the top-entropy mask only its values);
-    `token_is_ratio`: a per-token vLLM importance-sampling ratio (`vllm_importance_sampling_mode=token_*`)."""
+def refusal(backend: str, *, top_entropy_quantile: float = 1.0, entropy_bonus: bool = False) -> str | None:
+    """Why `backend` (a row of BACKENDS, or `trl`) cannot give TRL's loss what these options need, or None when it
+    can; config validation turns it into an `error:` line. `entropy_bonus`: TRL's `entropy_coef != 0` or
+    `use_adaptive_entropy` (the bonus needs a differentiable entropy; the top-entropy mask only its values)."""
     if backend == TRL:
-        if kl_estimator == "k3":
-            return None
-        return f"algo.kl.estimator={kl_estimator} needs a posttrain kernel: TRL's loss only has k3 (kernels=fused)"
-    row = BACKENDS[backend]
-    if row.kind == "loss":  # Liger: its own loss math (kernels/liger.py)
-        if beta != 0.0 and kl_estimator != "k3":
-            return f"algo.kl.estimator={kl_estimator}: Liger's KL is k3 only"
-        if off_policy_mask_threshold is not None or top_entropy_quantile < 1.0 or entropy_bonus:
-            return "Liger takes no off_policy_mask_threshold, top_entropy_quantile < 1 or entropy bonus (entropy_coef)"
-        if importance_sampling_level == "sequence" and LOSSES[loss_type].term != "clip":
-            return f"Liger refuses importance_sampling_level=sequence with loss_type={loss_type}"
-        if loss_type == "luspo" and (importance_sampling_level == "token" or beta != 0.0 or token_is_ratio):
-            # Liger reduces luspo as an older TRL did (unmasked, / T): equal to TRL 1.16's only for [B, 1] losses
-            return (
-                "loss_type=luspo: Liger's equals TRL 1.16's only with one loss per sequence "
-                "(importance_sampling_level=sequence, beta=0, no per-token vLLM ratio)"
-            )
         return None
+    row = BACKENDS[backend]
     if entropy_bonus and not row.entropy_grad:
         have = ", ".join(n for n, b in BACKENDS.items() if b.entropy_grad)
         return f"the entropy bonus (entropy_coef) needs an entropy gradient, which {backend} lacks ({have} have it)"

@@ -32,7 +32,7 @@ import math
 import torch
 import torch.nn.functional as F
 
-from posttrain.data.chat import IGNORE_INDEX, check_labels
+from posttrain.data.chat import IGNORE_INDEX
 
 
 def info_nce(z: torch.Tensor, temperature: float, in_batch_negatives: bool = True) -> tuple[torch.Tensor, dict]:
@@ -128,27 +128,3 @@ def answer_logits(hidden: torch.Tensor, labels: torch.Tensor, lm_head: torch.nn.
     row, so two rows labelling the same answer give aligned tokens."""
     sel = labels[:, 1:] != IGNORE_INDEX
     return lm_head(hidden[:, :-1][sel]).float(), labels[:, 1:][sel]
-
-
-def lm_rows(
-    n_rows: int, with_counterfactual: bool, device: torch.device | None = None, with_injected: bool = True
-) -> torch.Tensor:
-    """Boolean row selector for the LM loss: the benign block, the injected block unless `with_injected` is
-    false, the counterfactual block when `with_counterfactual`."""
-    b = n_rows // 3
-    rows = torch.ones(n_rows, dtype=torch.bool, device=device)
-    if not with_counterfactual:
-        rows[b : 2 * b] = False
-    if not with_injected:
-        rows[2 * b :] = False
-    return rows
-
-
-def shifted_lm_loss(hidden: torch.Tensor, labels: torch.Tensor, lm_head: torch.nn.Module) -> torch.Tensor:
-    """Mean next-token CE: hidden[:, t] predicts labels[:, t + 1]; only labelled positions get logits."""
-    check_labels(labels, where="contrastive LM loss")
-    h = hidden[:, :-1]
-    y = labels[:, 1:]
-    sel = y != IGNORE_INDEX
-    logits = lm_head(h[sel]).float()
-    return F.cross_entropy(logits, y[sel])

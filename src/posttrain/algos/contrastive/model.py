@@ -6,7 +6,7 @@ decoder layer k, the last one, -1, after the final norm). The head is ONE module
 the batch (no role input, no per-role heads), and its output is L2-normalised: two rows can only land apart in
 projection space if the LM's pooled representations of them differ. With `algo.train_head=false` (the default) the
 head is a fixed random projection: a trained head could also bring two states together by dropping the directions in
-which they differ, lowering the invariance term without the LM changing (tests/contrastive/test_invariance.py).
+which they differ, lowering the invariance term without the LM changing (tests/algos/contrastive/test_invariance.py).
 Keeping head and LM in one module makes HF Trainer's optimizer, gradient clipping and checkpointing cover both (see
 `checkpoint.py` for what a checkpoint holds).
 """

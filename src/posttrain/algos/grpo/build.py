@@ -11,7 +11,7 @@ from trl import GRPOConfig
 from posttrain.algos.grpo.kl_control import AdaptiveBeta
 from posttrain.algos.grpo.rewards import reward_functions
 from posttrain.dist import is_main_process
-from posttrain.kernels.registry import BACKENDS, LOSS_TYPE_PARAMS
+from posttrain.kernels.registry import BACKENDS
 from posttrain.rollout import build_engine
 from posttrain.training_args import common_training_kwargs
 
@@ -56,7 +56,13 @@ TRL_FIELDS = (
     "beta",
     "epsilon",
     "epsilon_high",
-    *LOSS_TYPE_PARAMS,
+    "delta",
+    "sapo_temperature_pos",
+    "sapo_temperature_neg",
+    "vespo_k_pos",
+    "vespo_lambda_pos",
+    "vespo_k_neg",
+    "vespo_lambda_neg",
     "off_policy_mask_threshold",
     "top_entropy_quantile",
     "entropy_coef",
@@ -134,7 +140,6 @@ def build_trainer(cfg: DictConfig, run_dir: Path, callbacks: list | None = None)
         reward_hist_default=cfg.data.name,
         dynamic_sampling_rounds=cfg.algo.dynamic_sampling.max_rounds if cfg.algo.dynamic_sampling.enabled else 0,
         dynamic_sampling_refill_groups=cfg.algo.dynamic_sampling.refill_groups,
-        dynamic_sampling_upfront=cfg.algo.dynamic_sampling.upfront_rounds,
         sampler_correction=cfg.algo.sampler_correction,
         share_prompts=cfg.algo.share_prompts,
         loraplus_lr_ratio=cfg.model.lora.loraplus_lr_ratio if cfg.model.lora.enabled else None,

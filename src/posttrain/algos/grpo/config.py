@@ -23,8 +23,8 @@ from posttrain.rollout import SAMPLERS
 
 @dataclass
 class KLConfig:
-    estimator: str = "k3"  # k1 | k2 | k3 (TRL's loss has k3 only; k1/k2 need kernels=<backend>)
-    # KL term times the importance ratio (TRL's use_bias_correction_kl and its default; DeepSeek-V3.2), every backend
+    estimator: str = "k3"  # k1 | k2 | k3 (TRL's loss has k3; k1/k2 are added over it: algos/grpo/kl_estimators.py)
+    # KL term times the importance ratio (TRL's use_bias_correction_kl and its default; DeepSeek-V3.2)
     bias_correction: bool = KL_BIAS_CORRECTION
     # adaptive beta toward this per-token KL; null: fixed beta
     target: float | None = num(None, gt=0, note="or null: fixed beta")
@@ -61,10 +61,6 @@ class DynamicSamplingConfig:
     # batches; not make train's CPU, experiments/grpo_objectives); informative groups beyond the step's count are
     # discarded, as in DAPO
     refill_groups: int | None = num(None, ge=1)
-    # of the max_rounds extra batches, how many to generate with the step's own batch, in one decode (DAPO generates
-    # gen_prompt_bsz prompts at once), whether the step needs them or not. On the make-train preset (2 CPU threads)
-    # the step time is the same either way (experiments/grpo_objectives, p_cdf_upfront2)
-    upfront_rounds: int = num(0, ge=0)
 
 
 @dataclass
@@ -174,16 +170,6 @@ def validate_grpo(cfg: DictConfig) -> None:
         raise ConfigError(f"algo.generation.sampler={algo.generation.sampler} is a rollout copy's; vLLM samples itself")
     if algo.dynamic_sampling.enabled and cfg.hw.num_devices > 1:
         raise ConfigError("algo.dynamic_sampling.enabled=true runs on one process (hw.num_devices=1)")
-    ds = algo.dynamic_sampling
-    if ds.upfront_rounds and not ds.enabled:  # it would change nothing, silently
-        raise ConfigError(
-            f"algo.dynamic_sampling.upfront_rounds={ds.upfront_rounds} needs algo.dynamic_sampling.enabled=true"
-        )
-    if ds.upfront_rounds > ds.max_rounds:
-        raise ConfigError(
-            f"algo.dynamic_sampling.upfront_rounds={ds.upfront_rounds} is more than max_rounds={ds.max_rounds}, the "
-            "extra batches a step may generate"
-        )
     if algo.kl.beta_min > algo.kl.beta_max:
         raise ConfigError(f"algo.kl.beta_min={algo.kl.beta_min} must be <= algo.kl.beta_max={algo.kl.beta_max}")
     if algo.kl.target is not None and algo.beta == 0:
@@ -192,19 +178,12 @@ def validate_grpo(cfg: DictConfig) -> None:
 
 
 def kernel_refusal(cfg: DictConfig, backend: str) -> str | None:
-    """Why kernel `backend` cannot compute this config's GRPO loss (None if it can): `registry.refusal` on its knobs."""
+    """Why kernel `backend` cannot give TRL's loss what this config needs (None if it can): `registry.refusal`."""
     algo = cfg.algo
-    vllm_is = algo.generation.backend == "vllm" and algo.vllm_importance_sampling_correction
     return refusal(
         backend,
-        loss_type=algo.loss_type,
-        importance_sampling_level=algo.importance_sampling_level,
-        beta=algo.beta,
-        kl_estimator=algo.kl.estimator,
-        off_policy_mask_threshold=algo.off_policy_mask_threshold,
         top_entropy_quantile=algo.top_entropy_quantile,
         entropy_bonus=algo.entropy_coef != 0 or algo.use_adaptive_entropy,
-        token_is_ratio=vllm_is and algo.vllm_importance_sampling_mode.startswith("token"),
     )
 
 

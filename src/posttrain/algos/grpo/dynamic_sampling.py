@@ -2,9 +2,6 @@
 drop such groups and generate more until the generation batch is full again (`DynamicSamplingMixin`, before
 `GRPOTrainer` in a trainer's bases; `dynamic_sampling_rounds` > 0 turns it on and caps the extra generation batches
 per step, `dynamic_sampling_refill_groups` sets how many prompts each extra batch samples: DAPO's gen_prompt_bsz).
-`dynamic_sampling_upfront` of those extra batches are generated with the step's own, in one batch (DAPO's
-oversampling), whether the step needs them or not: for engines where one large decode costs less than several small
-ones. The groups picked are the same as if the batches had been generated in turn.
 
 A group is informative when any member's advantage is non-zero (with every reward scaling a group of equal rewards
 has exactly zero advantages). The merged batch takes informative groups in generation order up to the batch's group
@@ -77,7 +74,6 @@ class DynamicSamplingMixin:
 
     dynamic_sampling_rounds: int = 0
     dynamic_sampling_refill_groups: int | None = None
-    dynamic_sampling_upfront: int = 0
     _extra_epochs: int = 0
     train_dataset: Any  # GRPOTrainer's
     args: Any
@@ -88,9 +84,8 @@ class DynamicSamplingMixin:
         k = self.num_generations
         n_groups = len(inputs) // k
         refill = self.dynamic_sampling_refill_groups or n_groups
-        rounds = min(self.dynamic_sampling_upfront, self.dynamic_sampling_rounds)
-        upfront = [row for row in self._more_prompts(refill * rounds) for _ in range(k)]
-        scored = super()._generate_and_score_completions([*inputs, *upfront])
+        rounds = 0
+        scored = super()._generate_and_score_completions(inputs)
         batches, keeps = [scored], [informative_groups(scored["advantages"], k)]
         while sum(int(keep.sum()) for keep in keeps) < n_groups and rounds < self.dynamic_sampling_rounds:
             rows = [row for row in self._more_prompts(refill) for _ in range(k)]

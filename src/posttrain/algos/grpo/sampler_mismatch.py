@@ -11,20 +11,51 @@ them, else the policy pass of the loss, which on-policy is the same weights):
     sampling/sampler_kl                            mean(sampler - learner): the k1 estimate of KL(sampler || learner)
 
 With `algo.sampler_correction` the trainer does for the copy what TRL does for vLLM: an extra no-grad pass of the
-policy gives `old_per_token_logps`, and `posttrain.kernels.policy_loss.sampling_importance_ratio` (TRL's
-`vllm_importance_sampling_mode`, `_clip_min`, `_clip_max`) gives `importance_sampling_ratio`, which both loss paths
-multiply into the policy term (`kernels=trl` through TRL's own vLLM branch, see `trl_applies_ratio`).
+policy gives `old_per_token_logps`, and `sampling_importance_ratio` (TRL's
+`vllm_importance_sampling_mode`, `_clip_min`, `_clip_max`) gives `importance_sampling_ratio`, which TRL's loss
+multiplies into the policy term through its own vLLM branch (`trl_applies_ratio`).
 """
 
 from __future__ import annotations
 
 import contextlib
+import math
 from collections.abc import Iterator
 from typing import Any
 
 import torch
 
-from posttrain.kernels.policy_loss import sampling_importance_ratio
+from posttrain.kernels.registry import SAMPLING_IS_MODES
+
+
+def sampling_importance_ratio(
+    old_logps: torch.Tensor,
+    sampling_logps: torch.Tensor,
+    completion_mask: torch.Tensor,
+    mode: str = "sequence_mask",
+    clip_min: float | None = None,
+    clip_max: float | None = 3.0,
+) -> torch.Tensor:
+    """TRL 1.16's vLLM importance-sampling correction (`vllm_importance_sampling_*`), for any sampler.
+
+    The ratio pi_old / pi_sampler of the learner's log-probs to the ones the completions were sampled with: per
+    token [B, T] (`token_*` modes) or one per sequence [B, 1] (`sequence_*`: exp of the summed log-ratio), then
+    clipped to [clip_min, clip_max] (`*_truncate`) or set to 0 outside it (`*_mask`); a bound left None is open.
+    A sampler log-prob that is NaN (not reported) counts as agreeing. The loss multiplies its policy term by it.
+    """
+    if mode not in SAMPLING_IS_MODES:
+        raise ValueError(f"mode must be one of {SAMPLING_IS_MODES}, got {mode!r}")
+    diff = torch.nan_to_num((old_logps - sampling_logps) * completion_mask, nan=0.0)
+    if mode.startswith("sequence"):
+        diff = diff.sum(dim=-1, keepdim=True)
+    ratio = torch.exp(diff)
+    if mode.endswith("truncate"):
+        if clip_min is None and clip_max is None:
+            raise ValueError(f"mode={mode} needs clip_min or clip_max")
+        return torch.clamp(ratio, min=clip_min, max=clip_max)
+    low = -math.inf if clip_min is None else clip_min
+    high = math.inf if clip_max is None else clip_max
+    return ratio.masked_fill((ratio < low) | (ratio > high), 0.0)
 
 
 def record_mismatch(trainer: Any, mode: str, learner: torch.Tensor, sampler: torch.Tensor, mask: torch.Tensor) -> None:

@@ -1,12 +1,10 @@
 """TRL `GRPOTrainer` with the few things posttrain changes, each small and documented:
 
-1. `_compute_loss` routes the policy loss through `posttrain.kernels.grpo_loss` when `kernels != trl`
-   (`kernel_loss.KernelLossMixin`; TRL's own Liger path is never enabled at the same time: `use_liger_kernel` stays
-   False, since TRL would then bypass an overridden loss). That path computes TRL's loss term for term and runs
-   inside the wrapped model's forward, so DDP, FSDP and DeepSpeed treat it like TRL's own forward. Every forward
-   (both paths, policy, old and reference passes) uses the position ids generation used
-   (`policy_forward.add_mask_position_ids`). TRL's loss path scores in fp32 also for a PEFT model with a tied head
-   (`policy_forward.fp32_fused_head`: TRL's cast fails there).
+1. The loss is TRL's `_compute_loss`. With `kernels != trl` every log-prob TRL asks for (old, reference and
+   policy passes) comes from a `posttrain.kernels` backend behind TRL's `_get_per_token_logps_and_entropies`
+   (`kernel_logps.KernelLogpsMixin`). Over TRL's loss: the k1/k2 KL estimators (`kl_estimators`), `kl_p95`. Every
+   forward uses the position ids generation used (`policy_forward.add_mask_position_ids`). TRL's head scores in
+   fp32 also for a PEFT model with a tied head (`policy_forward.fp32_fused_head`: TRL's cast fails there).
 2. Adaptive beta (`algo.kl.target`): after each optimizer step beta follows that step's KL (`kl_control`); the
    controller's state is in every checkpoint (`trainer_state.json`), so `resume=auto` continues its beta.
 3. Guards: a non-finite loss stops training with the step number; checkpoints are written atomically.
@@ -16,8 +14,7 @@
    The copy's log-probs against the learner's are logged every step and, with `algo.sampler_correction`, importance-
    sampled away as TRL does for vLLM (`sampler_mismatch`).
 5. DAPO dynamic sampling (`algo.dynamic_sampling.enabled`): groups whose rewards are all equal are replaced by
-   freshly generated ones, at most `max_rounds` extra generation batches per step, `upfront_rounds` of them in one
-   decode with the step's own (`dynamic_sampling`); logged:
+   freshly generated ones, at most `max_rounds` extra generation batches per step (`dynamic_sampling`); logged:
    `dynamic_sampling/zero_std_frac`, `/extra_generations`, `/informative_frac`.
 6. Logging: reward histograms by constraint type (`reward_hist/<type>/<bin>` counts in metrics.jsonl, wandb
    histograms), beta each step; `kl` and `kl_p95` on both paths with one meaning (`_record_kl`); TRL already logs
@@ -40,8 +37,9 @@ from trl.models.utils import _ForwardRedirection
 
 from posttrain.algos.grpo.device_metrics import resolve_metrics
 from posttrain.algos.grpo.dynamic_sampling import DynamicSamplingMixin
-from posttrain.algos.grpo.kernel_loss import KernelLossMixin
+from posttrain.algos.grpo.kernel_logps import KernelLogpsMixin
 from posttrain.algos.grpo.kl_control import AdaptiveBeta
+from posttrain.algos.grpo.kl_estimators import kl_term, reduce_like_trl
 from posttrain.algos.grpo.policy_forward import (
     add_mask_position_ids,
     fp32_fused_head,
@@ -55,16 +53,14 @@ from posttrain.algos.grpo.sampler_mismatch import add_correction, record_mismatc
 from posttrain.checkpoints import AtomicCheckpointMixin
 from posttrain.errors import TrainingError
 from posttrain.guards import check_finite_loss, check_finite_weights
-from posttrain.kernels import (
-    kl_per_token,
-)
 from posttrain.lora_plus import LoraPlusMixin
 from posttrain.rollout.engine import RolloutEngine
 
 
-class PosttrainGRPOTrainer(AtomicCheckpointMixin, LoraPlusMixin, DynamicSamplingMixin, KernelLossMixin, GRPOTrainer):
+class PosttrainGRPOTrainer(AtomicCheckpointMixin, LoraPlusMixin, DynamicSamplingMixin, KernelLogpsMixin, GRPOTrainer):
     args: GRPOConfig
     heldout_before: dict[str, Any] | None = None  # held-out accuracy of the starting model (data.heldout)
+    trl_kl_estimators: tuple[str, ...] = ("k3",)  # what TRL's loss adds itself; the others: `kl_estimators`
 
     def __init__(
         self,
@@ -75,7 +71,6 @@ class PosttrainGRPOTrainer(AtomicCheckpointMixin, LoraPlusMixin, DynamicSampling
         reward_hist_default: str = "all",
         dynamic_sampling_rounds: int = 0,
         dynamic_sampling_refill_groups: int | None = None,
-        dynamic_sampling_upfront: int = 0,
         sampler_correction: bool = False,
         share_prompts: bool = False,
         loraplus_lr_ratio: float | None = None,
@@ -103,7 +98,6 @@ class PosttrainGRPOTrainer(AtomicCheckpointMixin, LoraPlusMixin, DynamicSampling
         self.add_callback(_AfterOptimizerStep(self._after_optimizer_step))
         self.dynamic_sampling_rounds = dynamic_sampling_rounds  # 0: off; else the cap on extra generation batches
         self.dynamic_sampling_refill_groups = dynamic_sampling_refill_groups  # per extra batch; None: the step's
-        self.dynamic_sampling_upfront = dynamic_sampling_upfront  # extra batches generated with the step's own
         self.sampler_correction = sampler_correction  # importance-sample a rollout copy's samples (sampler_mismatch)
         self.share_prompts = share_prompts  # kernel path: each distinct prompt once (shared_prompt)
         self.loraplus_lr_ratio = loraplus_lr_ratio
@@ -114,17 +108,36 @@ class PosttrainGRPOTrainer(AtomicCheckpointMixin, LoraPlusMixin, DynamicSampling
 
     # -- loss -------------------------------------------------------------------------------------------------
     def _compute_loss(self, model, inputs):
-        if self.kernel_backend == "trl":
-            self._capture_policy_logps = True
-            try:
-                with trl_applies_ratio(self, inputs):
-                    loss = super()._compute_loss(model, inputs)
-            finally:
-                self._capture_policy_logps = False
-            self._record_trl_kl(inputs)
-            self._record_sampler_mismatch(inputs, self._policy_logps)
-        else:
-            loss = self._kernel_loss(model, inputs)
+        """TRL's loss (its log-probs from `kernel_backend`: `KernelLogpsMixin`), plus what TRL's loss lacks: the k1
+        and k2 KL estimators (`kl_estimators`), `kl_p95`, the rollout copy's mismatch and correction."""
+        beta, own_kl = self.beta, self.beta != 0.0 and self.kl_estimator not in self.trl_kl_estimators
+        self._capture_policy_logps = True
+        try:
+            if own_kl:
+                self.beta = 0.0  # TRL adds no KL term: this estimator's is added below
+            with trl_applies_ratio(self, inputs):
+                loss = super()._compute_loss(model, inputs)
+        finally:
+            self._capture_policy_logps = False
+            self.beta = beta
+        logps, mask = self._policy_logps, inputs["completion_mask"]
+        if "tool_mask" in inputs:
+            mask = mask * inputs["tool_mask"]
+        kl = None
+        if beta != 0.0:
+            kl = kl_term(
+                logps if own_kl else logps.detach(),
+                inputs["ref_per_token_logps"],
+                mask,
+                inputs.get("old_per_token_logps"),
+                estimator=self.kl_estimator,
+                bias_correction=self.args.use_bias_correction_kl,
+                importance_sampling_level=self.importance_sampling_level,
+            )
+            if own_kl:
+                loss = loss + beta * reduce_like_trl(self, kl, mask, inputs)
+        self._record_kl(kl, mask, trl_logged_mean=not own_kl)
+        self._record_sampler_mismatch(inputs, logps.detach())
         check_finite_loss(loss, self.state.global_step + 1)
         return loss
 
@@ -136,33 +149,17 @@ class PosttrainGRPOTrainer(AtomicCheckpointMixin, LoraPlusMixin, DynamicSampling
         learner = inputs.get("old_per_token_logps", policy_logps)
         record_mismatch(self, "train" if self.model.training else "eval", learner, sampler, inputs["completion_mask"])
 
-    def _record_trl_kl(self, inputs: dict[str, Any]) -> None:
-        """`kl_p95` for TRL's path (TRL logs `kl` itself when beta != 0, the same quantity as `_record_kl`'s)."""
-        mode = "train" if self.model.training else "eval"
-        if self.beta == 0.0:
-            self._metrics[mode]["kl"].append(math.nan)
-            self._metrics[mode]["kl_p95"].append(math.nan)
-            return
-        kl = kl_per_token(
-            self._policy_logps,
-            inputs["ref_per_token_logps"],
-            inputs["completion_mask"],
-            inputs.get("old_per_token_logps"),
-            kl_estimator="k3",
-            kl_bias_correction=self.args.use_bias_correction_kl,
-            importance_sampling_level=self.importance_sampling_level,
-        )
-        self._metrics[mode]["kl_p95"].append(global_p95(self.accelerator, kl, inputs["completion_mask"]))
-
-    def _record_kl(self, mode: str, kl: torch.Tensor | None, mask: torch.Tensor) -> None:
-        """`kl`: token mean over all processes of the per-token KL term as it enters the loss (`kl_per_token`);
-        `kl_p95`: its 95th percentile. NaN (logged as null) when beta == 0: no reference model, no KL."""
+    def _record_kl(self, kl: torch.Tensor | None, mask: torch.Tensor, trl_logged_mean: bool) -> None:
+        """`kl`: token mean over all processes of the per-token KL term as it enters the loss (`kl_term`; TRL logs
+        it itself for k3); `kl_p95`: its 95th percentile. NaN (logged as null) when beta == 0: no KL."""
+        metrics = self._metrics["train" if self.model.training else "eval"]
         if kl is None:
-            self._metrics[mode]["kl"].append(math.nan)
-            self._metrics[mode]["kl_p95"].append(math.nan)
+            metrics["kl"].append(math.nan)
+            metrics["kl_p95"].append(math.nan)
             return
-        self._metrics[mode]["kl"].append(global_masked_mean(self.accelerator, kl, mask))
-        self._metrics[mode]["kl_p95"].append(global_p95(self.accelerator, kl, mask))
+        if not trl_logged_mean:
+            metrics["kl"].append(global_masked_mean(self.accelerator, kl, mask))
+        metrics["kl_p95"].append(global_p95(self.accelerator, kl, mask))
 
     def attach_rollout(self, engine: RolloutEngine | None) -> None:
         """Sample from `engine` (its copy in step with the policy as of now) instead of TRL's `generate`."""

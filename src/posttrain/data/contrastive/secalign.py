@@ -19,7 +19,7 @@ data, a fake answer and a fake new instruction), escape (separator characters be
 
 Train / eval split, so that nothing an eval item shows occurs in training: every word pool that makes data (names,
 items, products, subjects, countries, words to translate) is split into disjoint train and eval halves, and eval
-rows are built from the eval halves only (`tests/contrastive/test_secalign.py` asserts that no eval data text or
+rows are built from the eval halves only (`tests/algos/contrastive/test_secalign.py` asserts that no eval data text or
 benign prompt occurs in the training set). Families, positions and injected tasks are chosen per split
 (`SecAlignSpec`): train on some families and positions, evaluate on all of them, the rest being held out.
 An eval set crosses every task instance (its `cluster`) with every eval family and position, so per-family ASRs are
