@@ -167,10 +167,10 @@ CASES: list[Case] = [
     ),
     Case("bad_loss_type", "unknown GRPO loss type", ("algo.loss_type=ppo",), r"algo\.loss_type='ppo' is not one of"),
     Case(
-        "kl_estimator_trl",
-        "KL estimator TRL's loss lacks",
-        ("kernels=trl", "algo.kl.estimator=k2"),  # without kernels=trl, hw=cpu's fused kernel computes it
-        r"algo\.kl\.estimator=k2 needs a posttrain kernel",
+        "kernel_cannot_feed_the_loss",
+        "kernel without the entropy gradient the loss needs",
+        ("kernels=fused", "algo.entropy_coef=0.01"),  # without kernels=fused, hw=cpu's GRPO default gives way to trl
+        r"kernels=fused: the entropy bonus \(entropy_coef\) needs an entropy gradient",
     ),
     Case(
         "d2l_rank_queries",

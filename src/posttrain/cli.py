@@ -8,7 +8,7 @@ import sys
 import hydra
 from omegaconf import DictConfig
 
-from posttrain.config.compose import load_config, override_keys
+from posttrain.config.compose import load_config
 from posttrain.config.registry import register
 from posttrain.dist import is_main_process, rank_overrides
 from posttrain.errors import UserError
@@ -21,9 +21,6 @@ def _precheck(argv: list[str]) -> None:
     if any(a in ("-m", "--multirun") for a in argv) or any(a.startswith(("--", "-")) for a in argv):
         return
     overrides = [a for a in argv if not a.startswith(("hydra.", "hydra/", "+hydra", "~hydra"))]
-    if {"kernels", "kernels.backend"} & override_keys(overrides):
-        # a kernel named here is kept (the hw profile replaces only the default): check it now, before Hydra writes
-        overrides = [o for o in overrides if override_keys([o]) != {"hw.kernels"}] + ["hw.kernels=null"]
     try:
         cfg = load_config(overrides, hf_names=False)  # run() checks HF names: no torch import here
         run_dir = next((a.split("=", 1)[1] for a in reversed(argv) if a.startswith("hydra.run.dir=")), None)

@@ -94,10 +94,19 @@ def _summary(algorithm: Algorithm, metrics: list[dict[str, Any]], runtime: float
     return summary
 
 
+def _cli_keys() -> set[str]:
+    """The keys the command line set (empty outside Hydra)."""
+    from hydra.core.hydra_config import HydraConfig
+
+    from posttrain.config.compose import override_keys
+
+    return override_keys(HydraConfig.get().overrides.task) if HydraConfig.initialized() else set()
+
+
 def run(cfg: DictConfig) -> float | None:
     """Validate, apply the hw profile, then plan, train or evaluate; writes `config.yaml` and `summary.json` in the
     run dir and returns the objective (for Hydra sweepers)."""
-    chosen = resolve_auto_hw(cfg)  # hw=auto -> this machine's profile, before anything reads hw
+    chosen = resolve_auto_hw(cfg, _cli_keys())  # hw=auto -> this machine's profile, before anything reads hw
     if chosen and is_main_process():
         print(chosen, flush=True)
     validate(cfg)
@@ -125,6 +134,9 @@ def run(cfg: DictConfig) -> float | None:
     run_dir.mkdir(parents=True, exist_ok=True)
     if main_process:
         (run_dir / "config.yaml").write_text(OmegaConf.to_yaml(cfg, resolve=True))
+        # one config per run dir, the one that runs: Hydra's copy is the composition before the profile applied
+        (run_dir / ".hydra" / "config.yaml").unlink(missing_ok=True)
+    OmegaConf.set_readonly(cfg, True)  # what config.yaml says is what runs: nothing after this may change it
     if cfg.mode == "eval":
         summary = algorithm.evaluate(cfg, run_dir, checkpoint)
     else:

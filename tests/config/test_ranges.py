@@ -79,7 +79,12 @@ def test_every_numeric_and_path_field_of_every_schema_declares_its_values():
     fields = every_field()
     keys = {key for _, key, _, _ in fields}
     assert {"model.lora.r", "algo.generation.top_p", "algo.kl.beta_max", "algo.aggregator.num_heads"} <= keys
-    assert {"algo.encoder.max_chunks", "hw.vllm_gpu_memory_utilization", "trainer.max_grad_norm", "seed"} <= keys
+    assert {
+        "algo.encoder.max_chunks",
+        "algo.generation.vllm_gpu_memory_utilization",
+        "trainer.max_grad_norm",
+        "seed",
+    } <= keys
     assert set(algorithms()) == set(ALGOS)
     need = {key for _, key, f, hint in fields if _needs_declaration(key, hint)}
     assert need >= {*KNOWN_PATHS, "algo.init_from", "algo.kl_cache_dir"}

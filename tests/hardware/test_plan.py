@@ -304,9 +304,9 @@ def test_plan_within_25_percent_of_h100_allocator_peak(compose, case):
     overrides, measured = H100_MAX_ALLOCATED_GIB[case]
     measured_as = ("model=llama3_2_1b", "model.tiny=true", "hw=h200", "hw.gradient_checkpointing=true")
     if "algo=grpo" in overrides:  # 2d62e03 sampled with the policy itself (today's h200 makes a static-cache copy)
-        measured_as += ("hw.generation_backend=null",)
+        measured_as += ("algo.generation.backend=hf",)
     cfg = compose(*measured_as, "trainer.max_steps=3", *overrides)
-    apply_profile(cfg, overrides=set())
+    apply_profile(cfg, overrides={o.split("=")[0] for o in measured_as})
     result = plan(cfg)
     assert result.fits
     assert abs(result.tensor_bytes / GIB / measured - 1) <= 0.25, (result.tensor_bytes / GIB, measured)

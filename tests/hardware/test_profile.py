@@ -14,6 +14,7 @@ from posttrain.hardware.sharding import sharding
 from posttrain.launch import launch_hint
 from posttrain.models import load_kwargs, torch_dtype
 from posttrain.training_args import common_training_kwargs
+from tests.conftest import ROOT
 
 PROFILES = ("cpu", "rtx4090", "a100", "a100_40gb", "h200", "tpu")
 
@@ -26,7 +27,7 @@ def test_profiles_compose_with_required_settings(compose, hw):
     assert dict(cfg.hw.attn_implementation) == {"gpt_oss": "eager", "llama": "sdpa"}
     if cfg.hw.device == "cuda":
         assert cfg.hw.tf32 and cfg.hw.gradient_checkpointing is None and "expandable_segments" in cfg.hw.alloc_conf
-        assert cfg.hw.vllm_mode == "colocate" and cfg.hw.accelerate_config
+        assert cfg.hw.accelerate_config
         assert "adamw" in cfg.hw.optimizer and cfg.hw.per_device_batch_size
 
 
@@ -280,3 +281,31 @@ def test_profile_generation_backend_only_for_small_models_on_gpu(compose, hw, mo
     pinned = compose(f"hw={hw}", f"model={model}", "algo=grpo", "hw.precision=bf16", "algo.generation.backend=hf")
     apply_profile(pinned, overrides={"algo.generation.backend"})
     assert pinned.algo.generation.backend == "hf"  # the command line wins
+
+
+def test_profiles_describe_the_device_only():
+    """No algorithm setting in a profile: GRPO's device-dependent defaults (kernel, rollout engine, sampler, vLLM)
+    live in the algorithm (`device_defaults`), and a profile states only the fields it changes."""
+    from dataclasses import fields
+
+    import yaml
+
+    from posttrain.algos.grpo.device_defaults import DeviceDefaults, device_defaults
+    from posttrain.config.schema import HwConfig
+
+    hw_fields = {f.name for f in fields(HwConfig)}
+    assert not hw_fields & {f.name for f in fields(DeviceDefaults)}
+    for path in sorted((ROOT / "conf" / "hw").glob("*.yaml")):
+        keys = set(yaml.safe_load(path.read_text()) or {})
+        assert keys <= hw_fields | {"defaults"}, path.name
+        nulls = [k for k, v in (yaml.safe_load(path.read_text()) or {}).items() if v is None]
+        assert not nulls, f"{path.name} restates schema defaults: {nulls}"
+    assert device_defaults(load_config_hw("h200")).generation_backend == "static"
+    assert device_defaults(load_config_hw("rtx4090")).generation_backend is None
+    assert device_defaults(load_config_hw("cpu")).kernels == "fused"
+
+
+def load_config_hw(name: str):
+    from posttrain.config.compose import load_config
+
+    return load_config([f"hw={name}"]).hw

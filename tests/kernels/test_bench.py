@@ -54,15 +54,17 @@ def test_bench_device_flag_and_a_tiny_cpu_run():
     proc = _bench("grpo_loss", "--help", timeout=120)
     assert proc.returncode == 0 and all(f in proc.stdout for f in ("--device", "--tf32", "--repeats"))
     proc = _bench(
-        "grpo_loss", "--shape", "64,16,512", "--backends", "fused", "--rounds", "1", "--device", "cpu", "--threads", "1"
+        "grpo_loss", "--shape", "256,64,8192", "--backends", "fused", "--rounds", "1", "--device", "cpu", "--threads", "1"
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     recs = {r["backend"]: r for r in map(json.loads, proc.stdout.strip().splitlines())}
     assert set(recs) == {"two_gemm", "fused"}
     assert all(r["device"] == "cpu" and r["tf32"] is None and r["seconds"] > 0 for r in recs.values())
     assert recs["two_gemm"]["ratio_vs_two_gemm"] == 1.0
-    ratio = recs["fused"]["seconds"] / recs["two_gemm"]["seconds"]
-    assert recs["fused"]["ratio_vs_two_gemm"] == pytest.approx(ratio, rel=2e-2, abs=2e-3)
+    # the ratio of the two times (each printed to the millisecond, so the ratio of the printed ones is only that close)
+    fused, anchor = recs["fused"]["seconds"], recs["two_gemm"]["seconds"]
+    slack = 5e-4 / anchor + fused * 5e-4 / anchor**2 + 1e-3
+    assert abs(recs["fused"]["ratio_vs_two_gemm"] - fused / anchor) <= slack
     assert "median_seconds" not in recs["fused"]  # a CUDA-only field
 
 

@@ -22,18 +22,18 @@ import pytest
 import torch
 from omegaconf import DictConfig, OmegaConf
 
+from posttrain.algos.grpo.device_defaults import device_defaults
 from posttrain.algos.registry import get_algorithm
 from posttrain.config.compose import load_config
 from posttrain.hardware import apply_profile
 
 GPU_PROFILES = ("rtx4090", "a100", "a100_40gb", "h200")
-GPU_BACKEND = {"rtx4090": None, "a100": None, "a100_40gb": None, "h200": "static"}  # hw.generation_backend
+GPU_BACKEND = {"rtx4090": None, "a100": None, "a100_40gb": None, "h200": "static"}  # GRPO's device default
 # the GPU profiles' precision settings, applied to hw=cpu (checked against the profiles below)
 BF16_WEIGHTS = {
     "hw.precision": "bf16",
     "hw.bf16_param_dtype": None,
     "hw.gradient_checkpointing": True,  # the profiles: null, on where the plan needs it; the matrix covers "on"
-    "hw.generation_backend": None,
     "hw.bf16_attn_implementation": None,
 }
 PRECISIONS: dict[str, tuple[str, ...]] = {
@@ -143,14 +143,17 @@ def output_dtypes(modules: dict[str, torch.nn.Module]) -> tuple[dict[str, set[to
 def test_the_bf16_weights_case_is_what_the_gpu_profiles_train_in(profile):
     for algo in ALGOS:
         cfg = load_config([f"hw={profile}", f"algo={algo}"])
-        # the generation backend is the matrix's own axis (hf here; h200's static copy: tests/rollout)
-        expected = {**BF16_WEIGHTS, "hw.gradient_checkpointing": None, "hw.generation_backend": GPU_BACKEND[profile]}
+        expected = {**BF16_WEIGHTS, "hw.gradient_checkpointing": None}
         assert {key: OmegaConf.select(cfg, key) for key in BF16_WEIGHTS} == expected
+        # the generation backend is the matrix's own axis (hf here; h200's static copy: tests/rollout)
+        assert device_defaults(cfg.hw).generation_backend == GPU_BACKEND[profile]
 
 
 @pytest.mark.parametrize("algo, model_name, precision, kernels", CASES)
 def test_two_steps_train_in_the_profiles_precision(tmp_path: Path, algo, model_name, precision, kernels):
     overrides = [f"model={model_name}", *ALGOS[algo], *PRECISIONS[precision], *COMMON]
+    if algo == "grpo" and precision == "bf16_weights":  # the GPU profiles' (but h200's): sampling from the policy
+        overrides.append("algo.generation.backend=hf")
     if kernels:
         overrides.append(f"kernels={kernels}")
     cfg = profiled_config(*overrides)

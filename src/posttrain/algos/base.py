@@ -60,7 +60,7 @@ class Workload:
     gen_seqs: int = 0  # sequences generated in one round with HF generate (0: no generation here)
     gen_len: int = 0
     gen_prompt_len: int = 0
-    vllm_colocated: bool = False  # a colocated vLLM engine holds `hw.vllm_gpu_memory_utilization` of the device
+    vllm_share: float = 0.0  # of the device's memory, reserved by a colocated vLLM engine
     ref_copy: bool = False  # a frozen full copy of the base model (reference policy)
     rollout_copy_dtype: str | None = None  # a merged copy of the policy that generates, in this dtype (None: none)
     rollout_packed: bool = False  # the copy's linear weights are also held in oneDNN's packed layout (CPU bf16)

@@ -61,14 +61,24 @@ def choose_profile(device: CudaDevice | None) -> tuple[str, dict[str, Any]]:
     return profile, changes
 
 
-def resolve_auto_hw(cfg: DictConfig) -> str | None:
+def resolve_auto_hw(cfg: DictConfig, overrides: set[str] = frozenset()) -> str | None:  # type: ignore[assignment]
     """Replace `hw=auto` in `cfg` (in place) by the profile of this machine's device; returns a line saying what it
-    chose, None when `hw` is not `auto`."""
+    chose, None when `hw` is not `auto`. Kept from `cfg.hw`: the keys in `overrides` (the command line's) and every
+    value that differs from the schema's default (an experiment file's)."""
     if cfg.hw.name != AUTO:
         return None
+    from posttrain.config.schema import HwConfig
+
     device = cuda_device()
     profile, changes = choose_profile(device)
-    given = {k: cfg.hw[k] for k in cfg.hw if k != "name" and not OmegaConf.is_missing(cfg.hw, k)}
+    default = OmegaConf.structured(HwConfig)
+    given = {
+        k: cfg.hw[k]
+        for k in cfg.hw
+        if k != "name"
+        and not OmegaConf.is_missing(cfg.hw, k)
+        and (f"hw.{k}" in overrides or OmegaConf.is_missing(default, k) or cfg.hw[k] != default[k])
+    }
     with open_dict(cfg):
         cfg.hw = OmegaConf.merge(cfg.hw, OmegaConf.load(HW_DIR / f"{profile}.yaml"), changes, given)
     kept = "".join(f" hw.{k}={v}" for k, v in changes.items() if k not in given)

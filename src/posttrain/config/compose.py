@@ -51,7 +51,7 @@ def load_config(overrides: Sequence[str] = (), validate_rules: bool = True, hf_n
             cfg = compose(config_name="config", overrides=list(overrides))
     except (HydraException, OmegaConfBaseException) as ex:
         raise ConfigError(_one_line(ex)) from None
-    resolve_auto_hw(cfg)  # hw=auto: this machine's profile, as `posttrain.run.run` resolves it
+    resolve_auto_hw(cfg, override_keys(overrides))  # hw=auto: this machine's profile, as `posttrain.run.run` does
     resolve_precision(cfg)  # hw.precision=auto: the value for this machine, as `apply_profile` sets it
     if validate_rules:
         validate(cfg, hf_names=hf_names)

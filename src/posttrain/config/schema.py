@@ -96,7 +96,9 @@ class ModelConfig:
 
 @dataclass
 class HwConfig:
-    """A hardware profile: every profile file (conf/hw/*.yaml) sets every field but `force` (no defaults here)."""
+    """A hardware profile: the device (kind, memory, count, precision, distributed engine) and how to run on it. A
+    profile file (conf/hw/*.yaml) sets the fields without a default here and those it changes; algorithms keep their
+    own device-dependent defaults (e.g. posttrain.algos.grpo.device_defaults)."""
 
     name: str = MISSING
     device: str = MISSING  # cpu | cuda | xla
@@ -104,39 +106,29 @@ class HwConfig:
     num_devices: int = num(MISSING, gt=0)
     # fp32 | bf16 | fp16 | auto (bf16 for pretrained models on CPUs with bf16 units, else fp32)
     precision: str = MISSING
-    tf32: bool = MISSING
+    tf32: bool = False
     # activation checkpointing; null: only where the memory plan needs it (hardware.profile.resolve_checkpointing)
-    gradient_checkpointing: bool | None = MISSING
-    alloc_conf: str | None = MISSING  # PYTORCH_CUDA_ALLOC_CONF
+    gradient_checkpointing: bool | None = None
+    alloc_conf: str | None = None  # PYTORCH_CUDA_ALLOC_CONF
     optimizer: str = MISSING
-    optimizer_fallback: str | None = MISSING  # used when `optimizer` needs bitsandbytes and it is not installed
+    optimizer_fallback: str | None = None  # used when `optimizer` needs bitsandbytes and it is not installed
     # Attention implementation per model family when model.attn_implementation is null (posttrain.hardware).
     attn_implementation: dict[str, str] = MISSING
     # ... and where training runs in bf16 (cpu: eager for llama, ATen's CPU flash-attention backward is slow in bf16)
-    bf16_attn_implementation: dict[str, str] | None = MISSING
+    bf16_attn_implementation: dict[str, str] | None = None
     # model.dtype (when auto) where training runs in bf16 (cpu: float32, fp32 master weights under bf16 autocast:
     # a bf16 rollout copy merging LoRA into bf16 weights drops the update's small entries); null: bfloat16
-    bf16_param_dtype: str | None = MISSING
-    per_device_batch_size: int | None = num(MISSING, gt=0)  # null: keep trainer.per_device_batch_size
-    # algo.generation.backend when training runs in bf16, or on a CPU for a pretrained model, and the command line
-    # left it (cpu: bf16_copy)
-    generation_backend: str | None = MISSING
-    # algo.generation.sampler of a rollout copy unless the command line chose (cpu: inverse_cdf, torch.multinomial
-    # being slow there); null: keep the algorithm's
-    generation_sampler: str | None = MISSING
-    vllm_mode: str | None = MISSING  # null | colocate | server
-    # share of device memory a colocated vLLM reserves (vLLM: (0, 1]); 0 on devices without vLLM
-    vllm_gpu_memory_utilization: float = num(MISSING, ge=0, le=1)
-    kernels: str | None = MISSING  # kernel backend this device prefers over the default `trl` (tpu: pallas)
+    bf16_param_dtype: str | None = None
+    per_device_batch_size: int | None = num(None, gt=0)  # null: keep trainer.per_device_batch_size
     # conf/accelerate/<name>.yaml when num_devices > 1
     accelerate_config: str | None = local_path(
-        MISSING, kind="file", under=ACCELERATE_DIR, suffix=".yaml", noun="accelerate config"
+        None, kind="file", under=ACCELERATE_DIR, suffix=".yaml", noun="accelerate config"
     )
     # framework overhead per device in the memory plan (CUDA context, allocator, libs)
     overhead_gib: float = num(MISSING, ge=0)
     # torch.set_num_threads for CPU work: null: torch's default (one per core); 0: one per core left idle by other
     # jobs when training starts (cores - 1-minute load average, at least 1; posttrain.hardware.profile.idle_cores)
-    threads: int | None = num(MISSING, ge=0)
+    threads: int | None = num(None, ge=0)
     force: bool = False  # train even when the memory plan says it does not fit
 
 

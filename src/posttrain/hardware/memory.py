@@ -256,8 +256,8 @@ def plan(cfg: DictConfig) -> Plan:
     tbytes = counts.trainable_bytes + 4 * work.extra_trainable + (head_upcast if mode == "full" else 0)
     states, temp, onote = optimizer_bytes(hw, trainable, tbytes, max(counts.largest_trainable, work.extra_trainable))
     items.append(Item("optimizer states", states / shard_opt, "persistent", f"{hw.optimizer}: {onote}"))
-    if work.vllm_colocated:
-        share = float(hw.vllm_gpu_memory_utilization)
+    if work.vllm_share:
+        share = work.vllm_share
         items.append(
             Item("vLLM (colocated)", share * hw.device_gib * GIB, "persistent", f"gpu_memory_utilization={share}")
         )

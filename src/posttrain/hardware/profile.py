@@ -18,14 +18,9 @@ What a profile decides and where it lands:
 - optimizer: `hw.optimizer`, or `hw.optimizer_fallback` when it needs bitsandbytes and that is not installed.
 - default batch: `hw.per_device_batch_size` replaces `trainer.per_device_batch_size` unless the command line
   set it (rounded up to a multiple of the algorithm's `batch_multiple`).
-- generation: `hw.generation_backend` for `algo.generation.backend` when training runs in bf16 (on a CPU also in
-  fp32 for a pretrained model) and the command line left the backend alone (hw=cpu: `bf16_copy`, a bf16 copy of
-  the policy samples the rollouts; the algorithm's `apply_hardware`), and `hw.generation_sampler` for a copy's
-  `algo.generation.sampler` unless the command line chose (hw=cpu: `inverse_cdf`).
-- vLLM: `hw.vllm_mode` for `algo.generation.vllm_mode` unless the command line set it.
-- kernels: `hw.kernels` replaces the default `kernels=trl` unless the command line chose one (tpu: pallas); the
-  algorithm's `apply_hardware` swaps it for a kernel that can when it cannot compute the configured loss.
-- the algorithm's own keys (e.g. a vLLM mode from `hw.vllm_mode`): `Algorithm.apply_hardware`.
+- the algorithm's own device-dependent defaults (GRPO: the log-prob kernel, the rollout engine and its sampler,
+  vLLM's mode and share: `posttrain.algos.grpo.device_defaults`): `Algorithm.apply_hardware`. A profile describes
+  the device only.
 - more than one device: `posttrain.launch.launch_hint(cfg)` is the `python -m posttrain.launch ...` line
   (accelerate with conf/accelerate/<hw.accelerate_config>.yaml); the plan shards state (`posttrain.hardware.sharding`).
 
@@ -114,9 +109,6 @@ def apply_profile(cfg: DictConfig, overrides: set[str] | None = None) -> dict[st
             if batch != cfg.trainer.per_device_batch_size:
                 cfg.trainer.per_device_batch_size = batch
                 applied["trainer.per_device_batch_size"] = batch
-        if hw.kernels and cfg.kernels.backend == "trl" and not {"kernels", "kernels.backend"} & given:
-            cfg.kernels.backend = hw.kernels
-            applied["kernels.backend"] = hw.kernels
     from posttrain.algos.registry import get_algorithm
 
     applied.update(get_algorithm(cfg.algo.name).apply_hardware(cfg, given))

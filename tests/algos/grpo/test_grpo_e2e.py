@@ -5,10 +5,14 @@ from __future__ import annotations
 
 import json
 import math
+from pathlib import Path
 
 import pytest
+from omegaconf import OmegaConf
 
 from posttrain.callbacks import read_metrics
+from posttrain.config.compose import load_config
+from posttrain.hardware import apply_profile
 from tests.conftest import run_cli
 
 
@@ -21,7 +25,16 @@ def test_tiny_gpt_oss_grpo_three_steps_and_run_dir(tmp_path):
     assert all(math.isfinite(m["loss"]) and 0.0 <= m["reward"] <= 1.0 for m in metrics)
     # LoRA starts at its reference: no KL before the first update, some after it
     assert metrics[0]["kl"] == 0.0 and metrics[-1]["kl"] > 0.0
-    assert (run / "config.yaml").is_file() and (run / ".hydra" / "config.yaml").is_file()
+    # one config in the run dir, and it is what ran: the composition with the hw profile applied (read-only after)
+    configs = [p.relative_to(run) for p in run.rglob("*config.yaml") if "checkpoints" not in p.parts]
+    assert configs == [Path("config.yaml")]
+    ran = load_config(["model=tiny_gpt_oss", "algo=grpo", "trainer.max_steps=3"])
+    apply_profile(ran, overrides={"model", "algo", "trainer.max_steps"})
+    saved = OmegaConf.load(run / "config.yaml")
+    assert saved.pop("run_dir") == str(run)
+    ran = OmegaConf.to_container(ran, resolve=True)
+    ran.pop("run_dir")
+    assert OmegaConf.to_container(saved) == ran
     state = json.loads((run / "checkpoints" / "checkpoint-3" / "trainer_state.json").read_text())
     assert state["global_step"] == 3
     summary = json.loads((run / "summary.json").read_text())

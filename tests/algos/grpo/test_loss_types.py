@@ -116,7 +116,7 @@ def test_the_profiles_kernel_gives_way_to_one_that_computes_the_loss(overrides, 
     from posttrain.hardware import apply_profile
 
     cfg = load_config(overrides)
-    assert cfg.hw.kernels == "fused" and cfg.kernels.backend == "trl"
+    assert cfg.kernels.backend == "trl"  # hw=cpu's GRPO default (fused) applies with the profile
     apply_profile(cfg, overrides=set())
     assert cfg.kernels.backend == kernel
 
@@ -280,7 +280,7 @@ def test_the_command_line_kernel_is_refused_before_hydra_writes_a_run_dir(capsys
     from posttrain.cli import _precheck
 
     with pytest.raises(SystemExit) as ex:
-        _precheck(["kernels=fused", "algo.entropy_coef=0.01", "hw.kernels=fused"])
+        _precheck(["kernels=fused", "algo.entropy_coef=0.01"])
     assert ex.value.code == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert err == [

@@ -49,9 +49,10 @@ class GRPO(Algorithm):
         return int(cfg.algo.num_generations)  # whole groups per generation batch
 
     def apply_hardware(self, cfg: DictConfig, given: set[str]) -> dict[str, Any]:
-        """The profile's kernel unless it cannot compute this config's loss (then TRL's own path, else the first
-        backend that can), its vLLM mode (colocate on one big device, server otherwise) and its generation backend
-        (hw=cpu: the bf16 rollout copy; h200: the static-cache copy), each unless the command line chose. The
+        """GRPO's defaults for this device (`device_defaults`), each unless the command line chose: the kernel
+        unless it cannot feed this config's loss (then TRL's own head, else the first backend that can), the vLLM
+        mode and memory share, and the generation backend (hw=cpu: the bf16 rollout copy; h200: the static-cache
+        copy). The
         backend applies to bf16 training, and on a CPU also to fp32 training of a pretrained model: decoding
         there is bound by reading the weights, which the bf16 copy halves (experiments/grpo_objectives, a CPU
         without AMX: 2.7 s against 3.6 s per `make train` step; over 5 seeds the copy, with the sampler
@@ -61,24 +62,31 @@ class GRPO(Algorithm):
         applies only while the copy takes at most GPU_COPY_SHARE of the device (SmolLM2-135M and Llama-3.2-1B on
         an H200), on a CPU CPU_COPY_SHARE. Where the copy would be larger (GPT-OSS-20B, in MXFP4 or not), the run
         decodes the same way from the policy itself (`static_policy`: the static cache and compiled decode, LoRA
-        unmerged). An engine draws its tokens with
-        `hw.generation_sampler` where the profile has one and the command line did not choose (hw=cpu:
-        inverse_cdf)."""
-        hw, gen = cfg.hw, cfg.algo.generation
+        unmerged). An engine draws its tokens with the device's sampler where the command line did not choose
+        (hw=cpu: inverse_cdf)."""
+        from posttrain.algos.grpo.device_defaults import device_defaults
+
+        hw, gen, own = cfg.hw, cfg.algo.generation, device_defaults(cfg.hw)
         applied: dict[str, Any] = {}
         with open_dict(cfg):
-            if not {"kernels", "kernels.backend"} & given and kernel_refusal(cfg, cfg.kernels.backend):
-                # the profile's kernel (hw.kernels) is only a speed default: TRL's loss path, else the first
-                # posttrain backend that computes this loss
+            kernel_given = bool({"kernels", "kernels.backend"} & given)
+            if own.kernels and cfg.kernels.backend == "trl" and not kernel_given:
+                cfg.kernels.backend = applied["kernels.backend"] = own.kernels
+            if not kernel_given and kernel_refusal(cfg, cfg.kernels.backend):
+                # the device's kernel is only a speed default: TRL's own head, else the first posttrain backend
+                # that feeds this loss
                 from posttrain.kernels.registry import BACKENDS, TRL, available
 
                 able = [b for b in (TRL, *BACKENDS) if not kernel_refusal(cfg, b) and (b == TRL or available(b)[0])]
                 if able:
                     cfg.kernels.backend = applied["kernels.backend"] = able[0]
             check_kernel(cfg)
-            if hw.vllm_mode and "algo.generation.vllm_mode" not in given and gen.vllm_mode != hw.vllm_mode:
-                gen.vllm_mode = applied["algo.generation.vllm_mode"] = hw.vllm_mode
-            backend = hw.get("generation_backend")
+            if own.vllm_mode and "algo.generation.vllm_mode" not in given and gen.vllm_mode != own.vllm_mode:
+                gen.vllm_mode = applied["algo.generation.vllm_mode"] = own.vllm_mode
+            if gen.vllm_gpu_memory_utilization is None:
+                gen.vllm_gpu_memory_utilization = own.vllm_gpu_memory_utilization
+                applied["algo.generation.vllm_gpu_memory_utilization"] = own.vllm_gpu_memory_utilization
+            backend = own.generation_backend
             cpu_pretrained = hw.device == "cpu" and not cfg.model.get("tiny", False)
             wanted = backend and (hw.precision == "bf16" or cpu_pretrained) and gen.backend == "hf"
             if wanted and "algo.generation.backend" not in given:
@@ -87,7 +95,7 @@ class GRPO(Algorithm):
                     gen.backend = applied["algo.generation.backend"] = backend
                 else:
                     gen.backend = applied["algo.generation.backend"] = "static_policy"
-        sampler = hw.get("generation_sampler")
+        sampler = own.generation_sampler
         engine = ROLLOUT_BACKENDS[gen.backend].engine
         if sampler and engine and "algo.generation.sampler" not in given and gen.sampler != sampler:
             gen.sampler = applied["algo.generation.sampler"] = sampler
@@ -153,7 +161,7 @@ class GRPO(Algorithm):
             gen_seqs=0 if vllm else gen,
             gen_len=seq,
             gen_prompt_len=prompt,
-            vllm_colocated=vllm and algo.generation.vllm_mode == "colocate",
+            vllm_share=_vllm_share(cfg) if vllm and algo.generation.vllm_mode == "colocate" else 0.0,
             memory_options=("algo.generation.vllm_mode=server",)
             if vllm and algo.generation.vllm_mode == "colocate"
             else (),
@@ -178,6 +186,14 @@ class GRPO(Algorithm):
         from posttrain.algos.grpo.evaluate import evaluate
 
         return evaluate(cfg, run_dir, checkpoint)
+
+
+def _vllm_share(cfg: DictConfig) -> float:
+    """The device share a colocated vLLM reserves: `algo.generation.vllm_gpu_memory_utilization`, else the device's."""
+    from posttrain.algos.grpo.device_defaults import device_defaults
+
+    share = cfg.algo.generation.vllm_gpu_memory_utilization
+    return float(device_defaults(cfg.hw).vllm_gpu_memory_utilization if share is None else share)
 
 
 def _longest_prompt(cfg: DictConfig) -> int | None:

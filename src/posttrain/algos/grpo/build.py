@@ -24,6 +24,8 @@ def grpo_args(cfg: DictConfig, run_dir: Path, reward_weights: list[float] | None
     gen = algo.generation
     kwargs: dict[str, Any] = common_training_kwargs(cfg, run_dir)
     kwargs.update({name: algo[name] for name in TRL_FIELDS})  # TRL's names, meanings and defaults
+    if gen.vllm_gpu_memory_utilization is not None:  # else GRPOConfig's own default
+        kwargs["vllm_gpu_memory_utilization"] = gen.vllm_gpu_memory_utilization
     kwargs.update(
         num_generations=algo.num_generations,
         max_completion_length=algo.max_completion_length,
@@ -38,7 +40,6 @@ def grpo_args(cfg: DictConfig, run_dir: Path, reward_weights: list[float] | None
         generation_kwargs=None if gen.backend == "vllm" else {"use_cache": True},
         use_vllm=gen.backend == "vllm",
         vllm_mode=gen.vllm_mode,
-        vllm_gpu_memory_utilization=cfg.hw.vllm_gpu_memory_utilization,
         reward_weights=reward_weights,
         # log-probs in fp32 even when the model runs in bf16 (bf16 log-softmax drifts at 200k vocab). Backends with
         # `fp32_softmax` (fused, eager) do it themselves, so it is only asked for where TRL's own loss runs (for a

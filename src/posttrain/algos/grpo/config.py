@@ -14,7 +14,6 @@ from posttrain.kernels.registry import (
     KL_ESTIMATORS,
     LOSS_TYPES,
     SAMPLING_IS_MODES,
-    TRL,
     refusal,
 )
 from posttrain.rollout import BACKENDS as ROLLOUT_BACKENDS
@@ -39,6 +38,8 @@ class GenerationConfig:
     # static (merged copy, static KV cache, compiled decode) | vllm (TRL's vLLM)
     backend: str = "hf"
     vllm_mode: str = "colocate"  # colocate | server
+    # share of device memory a colocated vLLM reserves (vLLM: (0, 1]); null: the device's (device_defaults: 0.3)
+    vllm_gpu_memory_utilization: float | None = num(None, gt=0, le=1)
     compile: bool | None = None  # static: compile the decode step (null: on CUDA only, where it is CUDA graphs)
     temperature: float = num(1.0, gt=0)  # transformers GenerationConfig; TRL divides logits by it
     top_p: float = num(1.0, gt=0, le=1)  # TRL GRPOConfig, vLLM SamplingParams
@@ -199,8 +200,7 @@ def _validate_loss_knobs(cfg: DictConfig) -> None:
     would raise only when the trainer is built, after the model loaded)."""
     algo = cfg.algo
     vllm_is = algo.generation.backend == "vllm" and algo.vllm_importance_sampling_correction
-    if cfg.kernels.backend != TRL or not cfg.hw.get("kernels"):
-        check_kernel(cfg)  # else the hw profile picks the kernel: GRPO.apply_hardware checks its choice
+    check_kernel(cfg)  # the command line's kernel (or trl); a device default is checked by GRPO.apply_hardware
     if algo.entropy_coef_min > algo.entropy_coef_max:
         raise ConfigError(
             f"algo.entropy_coef_min={algo.entropy_coef_min} must be <= algo.entropy_coef_max={algo.entropy_coef_max}"
