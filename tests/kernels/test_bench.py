@@ -54,7 +54,7 @@ def test_bench_device_flag_and_a_tiny_cpu_run():
     proc = _bench("grpo_loss", "--help", timeout=120)
     assert proc.returncode == 0 and all(f in proc.stdout for f in ("--device", "--tf32", "--repeats"))
     proc = _bench(
-        "grpo_loss", "--shape", "256,64,8192", "--backends", "fused", "--rounds", "1", "--device", "cpu", "--threads", "1"
+        "grpo_loss", "--shape", "256,64,8192", "--backends", "fused", "--rounds", "1", "--device", "cpu", "--threads=1"
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     recs = {r["backend"]: r for r in map(json.loads, proc.stdout.strip().splitlines())}
