@@ -11,6 +11,8 @@ metrics and summary; ranks > 0 write nothing of their own (no Hydra output files
 from __future__ import annotations
 
 import os
+import shlex
+import sys
 from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
@@ -87,3 +89,11 @@ def export_submitit_env() -> bool:
     except (ImportError, RuntimeError):
         return False
     return True
+
+
+def launch_hint(cfg: Any, argv: Sequence[str] | None = None) -> str | None:
+    """The `python -m posttrain.launch ...` line a `hw.num_devices > 1` run needs (None for one device)."""
+    if cfg.hw.num_devices <= 1:
+        return None
+    args = list(sys.argv[1:] if argv is None else argv)
+    return " ".join(["python", "-m", "posttrain.launch", *(shlex.quote(a) for a in args if a != "mode=plan")])

@@ -21,18 +21,8 @@ import subprocess
 import sys
 from collections.abc import Sequence
 
-from omegaconf import DictConfig
-
 from posttrain.dist import RUN_STAMP_ENV, run_stamp
 from posttrain.paths import ACCELERATE_DIR
-
-
-def launch_hint(cfg: DictConfig, argv: Sequence[str] | None = None) -> str | None:
-    """The `python -m posttrain.launch ...` line a `hw.num_devices > 1` run needs (None for one device)."""
-    if cfg.hw.num_devices <= 1:
-        return None
-    args = list(sys.argv[1:] if argv is None else argv)
-    return " ".join(["python", "-m", "posttrain.launch", *(shlex.quote(a) for a in args if a != "mode=plan")])
 
 
 def accelerate_command(overrides: Sequence[str]) -> list[str]:

@@ -8,10 +8,10 @@ import pytest
 import torch
 
 from posttrain.config import precision as precision_mod
+from posttrain.dist import launch_hint
 from posttrain.hardware import apply_profile
 from posttrain.hardware import profile as profile_mod
 from posttrain.hardware.sharding import sharding
-from posttrain.launch import launch_hint
 from posttrain.models import load_kwargs, torch_dtype
 from posttrain.training_args import common_training_kwargs
 from tests.conftest import ROOT

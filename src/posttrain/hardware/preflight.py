@@ -9,10 +9,9 @@ import importlib.util
 
 from omegaconf import DictConfig
 
-from posttrain.dist import world_size
+from posttrain.dist import launch_hint, world_size
 from posttrain.errors import UserError
 from posttrain.hardware.memory import GIB
-from posttrain.launch import launch_hint
 
 TORCH_XLA_HINT = (
     "hw=tpu needs torch_xla (PJRT): pip install 'torch_xla[tpu]' "

@@ -18,10 +18,9 @@ What a profile decides and where it lands:
 - optimizer: `hw.optimizer`, or `hw.optimizer_fallback` when it needs bitsandbytes and that is not installed.
 - default batch: `hw.per_device_batch_size` replaces `trainer.per_device_batch_size` unless the command line
   set it (rounded up to a multiple of the algorithm's `batch_multiple`).
-- the algorithm's own device-dependent defaults (GRPO: the log-prob kernel, the rollout engine and its sampler,
-  vLLM's mode and share: `posttrain.algos.grpo.device_defaults`): `Algorithm.apply_hardware`. A profile describes
-  the device only.
-- more than one device: `posttrain.launch.launch_hint(cfg)` is the `python -m posttrain.launch ...` line
+- the algorithm's own device-dependent defaults (a loss kernel, a rollout engine, ...: each algorithm keeps its
+  table): `Algorithm.apply_hardware`. A profile describes the device only.
+- more than one device: `posttrain.dist.launch_hint(cfg)` is the `python -m posttrain.launch ...` line
   (accelerate with conf/accelerate/<hw.accelerate_config>.yaml); the plan shards state (`posttrain.hardware.sharding`).
 
 `posttrain.run.run` applies the profile once, before planning or training; everything after reads the result.

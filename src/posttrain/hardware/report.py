@@ -71,7 +71,7 @@ def format_table(cfg: DictConfig, result: Plan, summary: dict[str, Any]) -> str:
 def plan_command(cfg: DictConfig) -> dict[str, Any]:
     """Print the table and, as the last line, the JSON summary; returns the summary (exit 0 either way).
     `cfg` has its hw profile applied (`posttrain.hardware.apply_profile`)."""
-    from posttrain.launch import launch_hint
+    from posttrain.dist import launch_hint
 
     result, summary = plan_summary(cfg)
     launch = launch_hint(cfg)
