@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from omegaconf import DictConfig, open_dict
+from omegaconf import DictConfig, OmegaConf, open_dict
 
 from posttrain.algos.grpo.rewards import reward_functions
 from posttrain.data.grpo import build_grpo_dataset
@@ -42,6 +42,7 @@ def load_trained_weights(model: Any, checkpoint: Path) -> None:
 def score(cfg: DictConfig, model: Any, tokenizer: Any, n_prompts: int, samples: int = 4) -> dict[str, float]:
     """Mean reward (and per reward function) over `samples` sampled completions of `n_prompts` held-out prompts."""
     data_cfg = cfg.data.copy()
+    OmegaConf.set_readonly(data_cfg, False)  # a changed copy; the run's own config stays read-only
     with open_dict(data_cfg):
         data_cfg.seed = cfg.data.seed + HELD_OUT_SEED
         data_cfg.num_train = n_prompts

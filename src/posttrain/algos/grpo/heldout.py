@@ -38,6 +38,7 @@ def heldout_accuracy(cfg: DictConfig, model: Any, tokenizer: Any, run_dir: Path 
     from posttrain.data.grpo import build_grpo_dataset
 
     data_cfg = cfg.data.copy()
+    OmegaConf.set_readonly(data_cfg, False)  # a changed copy; the run's own config stays read-only
     with open_dict(data_cfg):
         data_cfg.split, data_cfg.num_train = "test", cfg.data.heldout
     ds = build_grpo_dataset(data_cfg, tokenizer, cfg.algo.max_prompt_length)
