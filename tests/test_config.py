@@ -112,3 +112,17 @@ def test_a_default_lives_in_one_place():
             if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
         ]
         assert not missing, (name, missing)
+
+
+def test_a_plus_key_the_schema_lacks_is_refused_with_the_closest_name():
+    """`+trainer.max_step=3` used to train the default 30 steps: Hydra adds any `+` key unchecked."""
+    with pytest.raises(
+        ConfigError, match=r"^\+trainer\.max_step: trainer has no key 'max_step' \(did you mean trainer\.max_steps\?\)$"
+    ):
+        load_config(["+trainer.max_step=3"])
+    with pytest.raises(
+        ConfigError, match=r"^\+algo\.kl\.targt: algo\.kl has no key 'targt' \(did you mean algo\.kl\.target\?\)"
+    ):
+        load_config(["+algo.kl.targt=0.1"])
+    cfg = load_config(["+model.arch.rope_scaling_x=2", "+data.params.extra=1"])  # free dicts take new keys
+    assert cfg.model.arch.rope_scaling_x == 2 and cfg.data.params.extra == 1

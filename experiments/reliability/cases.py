@@ -409,6 +409,12 @@ CASES: list[Case] = [
         ("data.rewards=[{name: length_to_cap, kwargs: {cop: 3}}]",),
         r"unknown kwargs \['cop'\]",
     ),
+    Case(
+        "plus_key_typo",
+        "misspelt key added with + (issue 60)",
+        ("+trainer.max_step=3",),
+        r"trainer has no key 'max_step' \(did you mean trainer\.max_steps\?\)",
+    ),
 ]
 
 

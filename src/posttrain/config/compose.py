@@ -43,6 +43,30 @@ def _one_line(ex: BaseException) -> str:
     return " ".join(line.strip() for line in msg.splitlines() if line.strip())
 
 
+def check_added_keys(cfg: DictConfig, overrides: Sequence[str]) -> None:
+    """`+key=value` adds a key Hydra does not check: refuse one a schema does not have (a typo such as
+    `+trainer.max_step=3` would otherwise train the default), naming the closest field. Adding to a free dict
+    (`+model.arch.x=...`, `+data.params.x=...`) and appending a config group (`+experiment=...`) stay allowed."""
+    import difflib
+    import re
+
+    for override in overrides:
+        m = re.match(r"^\+(?!\+)([\w.]+)=", override)
+        if not m or "." not in m.group(1) or m.group(1).startswith("hydra."):
+            continue
+        parent, _, leaf = m.group(1).rpartition(".")
+        node = OmegaConf.select(cfg, parent, default=None)
+        if not isinstance(node, DictConfig):
+            continue
+        schema = OmegaConf.get_type(node)
+        fields = getattr(schema, "__dataclass_fields__", None)
+        if fields is None or leaf in fields:  # a free dict, or a key the schema has (`+` was not needed)
+            continue
+        close = difflib.get_close_matches(leaf, list(fields), n=1)
+        hint = f" (did you mean {parent}.{close[0]}?)" if close else f" (its keys: {', '.join(sorted(fields))})"
+        raise ConfigError(f"+{parent}.{leaf}: {parent} has no key {leaf!r}{hint}")
+
+
 def load_config(overrides: Sequence[str] = (), validate_rules: bool = True, hf_names: bool = True) -> DictConfig:
     """Compose conf/config.yaml with overrides; raise ConfigError (one line) on any problem."""
     register()
@@ -51,6 +75,7 @@ def load_config(overrides: Sequence[str] = (), validate_rules: bool = True, hf_n
             cfg = compose(config_name="config", overrides=list(overrides))
     except (HydraException, OmegaConfBaseException) as ex:
         raise ConfigError(_one_line(ex)) from None
+    check_added_keys(cfg, overrides)
     resolve_auto_hw(cfg, override_keys(overrides))  # hw=auto: this machine's profile, as `posttrain.run.run` does
     resolve_precision(cfg)  # hw.precision=auto: the value for this machine, as `apply_profile` sets it
     if validate_rules:
