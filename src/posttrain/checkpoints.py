@@ -101,6 +101,28 @@ def resolve_resume(resume: str | None, run_dir: Path, verbose: bool = True) -> s
     return str(path)
 
 
+def finished_step(checkpoint: str | None, cfg) -> int | None:
+    """The step a run ended at when `checkpoint` (the one `resume` resolved) is already at the run's last step
+    (`trainer.stop_step`, else `trainer.max_steps`); None when there is training left (or no checkpoint)."""
+    if checkpoint is None:
+        return None
+    state = Path(checkpoint) / "trainer_state.json"
+    if not state.is_file():
+        return None
+    step = int(json.loads(state.read_text()).get("global_step", 0))
+    last = int(cfg.trainer.get("stop_step") or 0) or int(cfg.trainer.max_steps)
+    return step if step >= last else None
+
+
+def finished_message(run_dir: Path, step: int, cfg) -> str:
+    """The one line a finished run answers `resume=auto` with."""
+    key = "trainer.stop_step" if cfg.trainer.get("stop_step") else "trainer.max_steps"
+    last = cfg.trainer.get("stop_step") or cfg.trainer.max_steps
+    return (
+        f"resume=auto: {run_dir} finished at step {step} ({key}={last}): nothing to train (a larger {key} continues it)"
+    )
+
+
 def eval_checkpoint(cfg, run_dir: Path) -> Path | None:
     """What `mode=eval` scores, from `eval.checkpoint`: None for "init" (the starting weights), the newest complete
     checkpoint of `run_dir` for null, or the given checkpoint directory (complete and of this run's kind)."""

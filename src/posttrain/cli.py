@@ -29,10 +29,22 @@ def _precheck(argv: list[str]) -> None:
         if run_dir and cfg.mode == "train" and is_main_process():
             from pathlib import Path
 
-            from posttrain.checkpoints import check_run_identity, identity, resolve_resume
+            from posttrain.checkpoints import (
+                check_run_identity,
+                finished_message,
+                finished_step,
+                identity,
+                resolve_resume,
+            )
+            from posttrain.run_lock import check_unlocked
 
+            check_unlocked(Path(run_dir))  # another process trains there: refused before Hydra writes into it
             resume = resolve_resume(cfg.resume, Path(run_dir), verbose=False)
             check_run_identity(Path(run_dir), identity(cfg), resume, write=False, auto=cfg.resume == "auto")
+            done = finished_step(resume, cfg)
+            if done is not None:  # before Hydra rewrites the finished run's .hydra/
+                print(finished_message(Path(run_dir), done, cfg))
+                sys.exit(0)
     except UserError as ex:
         print(f"error: {ex}", file=sys.stderr)
         sys.exit(ex.exit_code)

@@ -5,6 +5,7 @@ It talks to algorithms only through `posttrain.algos.base.Algorithm` (found by n
 
 from __future__ import annotations
 
+import contextlib
 import json
 import time
 from pathlib import Path
@@ -17,10 +18,18 @@ from posttrain.algos.registry import get_algorithm
 from posttrain.callbacks import JsonlMetricsCallback, read_metrics, summary_stats
 from posttrain.callbacks.console import ConsoleSpec, finish_run, use_console
 from posttrain.callbacks.time_limit import StopAtStep, WallClockLimit
-from posttrain.checkpoints import check_run_identity, eval_checkpoint, identity, resolve_resume
+from posttrain.checkpoints import (
+    check_run_identity,
+    eval_checkpoint,
+    finished_message,
+    finished_step,
+    identity,
+    resolve_resume,
+)
 from posttrain.config.auto_hw import resolve_auto_hw
 from posttrain.config.validate import ConfigError, validate
 from posttrain.dist import export_submitit_env, is_main_process, world_size
+from posttrain.run_lock import run_dir_lock
 
 
 def run_dir_of(cfg: DictConfig) -> Path:
@@ -128,8 +137,21 @@ def run(cfg: DictConfig) -> float | None:
         from posttrain.hardware.preflight import preflight
 
         preflight(cfg)
+    # one training process per run dir (the lock is released when this process ends, however it ends)
+    lock = run_dir_lock(run_dir) if cfg.mode == "train" and main_process else contextlib.nullcontext()
+    with lock:
+        return _run_in(cfg, run_dir, algorithm, main_process)
+
+
+def _run_in(cfg: DictConfig, run_dir: Path, algorithm: Algorithm, main_process: bool) -> float | None:
     # a run dir holding another run (or checkpoints without resume=auto) is refused before config.yaml is written
     resume = prepare_run_dir(cfg, run_dir) if cfg.mode == "train" else None
+    done = finished_step(resume, cfg) if cfg.mode == "train" else None
+    if done is not None:  # a finished run: nothing is trained, written or deleted
+        if main_process:
+            print(finished_message(run_dir, done, cfg), flush=True)
+        summary_path = run_dir / "summary.json"
+        return objective(cfg, json.loads(summary_path.read_text())) if summary_path.is_file() else None
     checkpoint = eval_checkpoint(cfg, run_dir) if cfg.mode == "eval" else None
     run_dir.mkdir(parents=True, exist_ok=True)
     if main_process:

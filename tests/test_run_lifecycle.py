@@ -1,0 +1,79 @@
+"""A run's lifecycle: a finished run answers `resume=auto` by saying so and training nothing; one training process
+per run dir (a second is refused in one line naming the holder, before anything is written)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+
+from posttrain.checkpoints import finished_step
+from posttrain.config.compose import load_config
+from posttrain.run_lock import check_unlocked
+from tests.conftest import ROOT, run_cli
+
+TINY = (
+    "trainer.max_steps=2",
+    "trainer.per_device_batch_size=4",
+    "algo.num_generations=4",
+    "trainer.progress_bar=false",
+)
+
+
+def _files(run):
+    return {
+        p.relative_to(run): p.read_bytes() for p in sorted(run.rglob("*")) if p.is_file() and p.name != "train.lock"
+    }
+
+
+def test_a_finished_run_trains_nothing_on_resume_auto(tmp_path):
+    run = tmp_path / "run"
+    proc = run_cli(*TINY, f"hydra.run.dir={run}")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    before = _files(run)
+    assert (run / "checkpoints" / "checkpoint-2").is_dir()
+    proc = run_cli(*TINY, "resume=auto", f"hydra.run.dir={run}")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert f"resume=auto: {run} finished at step 2 (trainer.max_steps=2): nothing to train" in proc.stdout
+    assert _files(run) == before  # no step 3, no new summary, no checkpoint rotated away, no .hydra rewrite
+    # a larger max_steps continues it
+    longer = load_config([*TINY[1:], "trainer.max_steps=3"])
+    assert finished_step(str(run / "checkpoints" / "checkpoint-2"), longer) is None
+    assert finished_step(str(run / "checkpoints" / "checkpoint-2"), load_config(list(TINY))) == 2
+
+
+def test_a_second_process_on_one_run_dir_is_refused(tmp_path):
+    run = tmp_path / "run"
+    holder = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import sys, time; from pathlib import Path; from posttrain.run_lock import run_dir_lock\n"
+            "with run_dir_lock(Path(sys.argv[1])):\n    print('held', flush=True); time.sleep(120)",
+            str(run),
+        ],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        proc = run_cli(*TINY, f"hydra.run.dir={run}")
+        assert proc.returncode == 2
+        lines = proc.stderr.strip().splitlines()
+        assert lines == [
+            f"error: {run} is in use by another training process (pid {holder.pid}): wait for it to finish, or "
+            "choose another hydra.run.dir"
+        ]
+        assert sorted(p.name for p in run.iterdir()) == ["train.lock"]  # nothing written: no .hydra, no config
+    finally:
+        holder.kill()
+        holder.wait()
+    deadline = time.time() + 10
+    while time.time() < deadline:  # a killed holder releases the lock with its file descriptor
+        try:
+            check_unlocked(run)
+            break
+        except Exception:
+            time.sleep(0.1)
+    check_unlocked(run)
