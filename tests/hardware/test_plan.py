@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 
@@ -17,7 +18,7 @@ KEYS = ("params_total", "params_active", "params_trainable", "peak_gib", "device
 def _summary(compose, *overrides):
     cfg = compose(*overrides)
     apply_profile(cfg, overrides=set())
-    return plan_summary(cfg)[1]
+    return plan_summary(cfg, overrides)[1]
 
 
 def test_gpt_oss_grpo_does_not_fit_rtx4090_with_suggestion(compose):
@@ -311,3 +312,38 @@ def test_plan_within_25_percent_of_h100_allocator_peak(compose, case):
     assert result.fits
     assert abs(result.tensor_bytes / GIB / measured - 1) <= 0.25, (result.tensor_bytes / GIB, measured)
     assert result.peak_bytes - result.tensor_bytes == pytest.approx(cfg.hw.overhead_gib * GIB)
+
+
+REAL_MODELS = sorted(PUBLISHED)
+PROFILE_NAMES = sorted(p.stem for p in (ROOT / "conf" / "hw").glob("*.yaml") if p.stem != "auto")
+
+
+@pytest.fixture(scope="module")
+def own_plans():
+    """Each profile's own plan of each real model (`python train.py model=M hw=H algo=grpo mode=plan`)."""
+    from posttrain.hardware.report import profile_plan
+
+    return {
+        (m, h): profile_plan([f"model={m}", "algo=grpo", f"hw={h}"], suggest_fixes=False)[1]
+        for m in REAL_MODELS
+        for h in PROFILE_NAMES
+    }
+
+
+@pytest.mark.parametrize("model", REAL_MODELS)
+@pytest.mark.parametrize("hw", PROFILE_NAMES)
+def test_named_profiles_are_their_own_plans(own_plans, model, hw):
+    """Where nothing fits (here a device of 0.5 GiB), the suggestion names every other profile whose own plan fits,
+    each with the figures that plan prints (it used to merge the profile onto this one's resolved config)."""
+    from posttrain.hardware.report import profile_plan
+
+    s = profile_plan([f"model={model}", "algo=grpo", f"hw={hw}", "hw.device_gib=0.5"])[1]
+    assert not s["fits"] and s["suggestion"].startswith(f"nothing fits {hw} ")
+    named = {
+        h: (float(a), float(b)) for h, a, b in re.findall(r"hw=(\w+) \(([\d.]+) of ([\d.]+) GiB\)", s["suggestion"])
+    }
+    fitting = {h for h in PROFILE_NAMES if h != hw and own_plans[model, h]["fits"]}
+    assert set(named) == fitting
+    for h, (peak, device) in named.items():  # printed to 0.1 GiB
+        own = own_plans[model, h]
+        assert abs(peak - own["peak_gib"]) <= 0.05 and abs(device - own["device_gib"]) <= 0.05, h

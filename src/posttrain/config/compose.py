@@ -69,12 +69,19 @@ def check_added_keys(cfg: DictConfig, overrides: Sequence[str]) -> None:
 
 def load_config(overrides: Sequence[str] = (), validate_rules: bool = True, hf_names: bool = True) -> DictConfig:
     """Compose conf/config.yaml with overrides; raise ConfigError (one line) on any problem."""
+    from hydra.core.global_hydra import GlobalHydra
+
     register()
+    running = GlobalHydra.instance().hydra  # inside a Hydra app (e.g. the plan re-planning other profiles)
+    GlobalHydra.instance().clear()
     try:
         with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
             cfg = compose(config_name="config", overrides=list(overrides))
     except (HydraException, OmegaConfBaseException) as ex:
         raise ConfigError(_one_line(ex)) from None
+    finally:
+        if running is not None:
+            GlobalHydra.instance().initialize(running)
     check_added_keys(cfg, overrides)
     resolve_auto_hw(cfg, override_keys(overrides))  # hw=auto: this machine's profile, as `posttrain.run.run` does
     resolve_precision(cfg)  # hw.precision=auto: the value for this machine, as `apply_profile` sets it

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from typing import Any
 
 from omegaconf import DictConfig
 
 from posttrain.hardware.memory import GIB, Plan, plan
+from posttrain.hardware.profile import apply_profile
 from posttrain.hardware.suggest import suggest
 
 PHASES = {
@@ -20,8 +22,21 @@ PHASES = {
 }
 
 
-def plan_summary(cfg: DictConfig) -> tuple[Plan, dict[str, Any]]:
-    """The plan and its JSON summary (params_total, params_active, params_trainable, peak_gib, ...)."""
+def profile_plan(overrides: Sequence[str], suggest_fixes: bool = True) -> tuple[Plan, dict[str, Any]]:
+    """`python train.py <overrides> mode=plan`: compose, apply the hw profile, plan and summarize (the suggestion
+    left empty without `suggest_fixes`)."""
+    from posttrain.config.compose import load_config, override_keys
+
+    cfg = load_config(list(overrides))
+    apply_profile(cfg, overrides=override_keys(list(overrides)))
+    return plan_summary(cfg, overrides, suggest_fixes)
+
+
+def plan_summary(
+    cfg: DictConfig, overrides: Sequence[str] | None = None, suggest_fixes: bool = True
+) -> tuple[Plan, dict[str, Any]]:
+    """The plan and its JSON summary (params_total, params_active, params_trainable, peak_gib, ...). `overrides`: the
+    command line `cfg` was composed from (default: Hydra's), which the suggestion re-plans on other profiles."""
     result = plan(cfg)
     c = result.counts
     summary = {
@@ -40,7 +55,7 @@ def plan_summary(cfg: DictConfig) -> tuple[Plan, dict[str, Any]]:
         "device_gib": float(cfg.hw.device_gib),
         "num_devices": int(cfg.hw.num_devices),
         "fits": result.fits,
-        "suggestion": suggest(cfg, result),
+        "suggestion": suggest(cfg, result, overrides) if suggest_fixes else "",
         "components_gib": {i.name: round(i.bytes / GIB, 4) for i in result.items},
     }
     return result, summary

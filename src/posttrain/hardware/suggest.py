@@ -1,22 +1,25 @@
 """What would fit: command-line overrides found by re-planning changed copies of the config.
 
-Changes are tried from the least to the most invasive (GPT-OSS's experts kept in MXFP4, checkpointing, a kernel that
+Changes are tried from the least to the most invasive (GPT-OSS's experts kept in MXFP4, checkpointing, the rollout
+engine sampling from the policy instead of a copy or a static cache, a kernel that
 keeps no `[tokens, V]` logits, smaller micro-batches at the same global batch, an 8-bit optimizer, LoRA instead of
 full fine-tuning, vLLM as a server, QLoRA) and accumulated greedily until the plan fits; the ones the fit does not
-need are dropped again. When no change on this hardware fits, the profiles that would are named.
+need are dropped again. When no change on this hardware fits, every profile whose own plan (the same command line
+with `hw=<that profile>`, its hw.* keys dropped) fits is named, with the figures that plan prints.
 """
 
 from __future__ import annotations
 
 import copy
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 
 import yaml
 from omegaconf import DictConfig, OmegaConf, open_dict
 
 from posttrain.config.auto_hw import AUTO
+from posttrain.config.compose import override_keys
 from posttrain.hardware.memory import GIB, Plan, plan
-from posttrain.hardware.profile import apply_profile, has_bitsandbytes
+from posttrain.hardware.profile import has_bitsandbytes
 from posttrain.paths import HW_DIR
 from posttrain.training_args import gradient_checkpointing
 
@@ -38,6 +41,10 @@ def _candidates(cfg: DictConfig, current: Plan) -> Iterator[Change]:
         yield "model.mxfp4=native", _set("model.mxfp4", "native")
     if not gradient_checkpointing(cfg):
         yield "model.gradient_checkpointing=true", _set("model.gradient_checkpointing", True)
+    cheap = [o for o in work.memory_options if o.startswith("algo.generation.backend=")]
+    for option in cheap:  # the rollout engine's own memory (a merged copy, a static cache) is the cheapest to give up
+        key, _, value = option.partition("=")
+        yield option, _set(key, yaml.safe_load(value))
     logits = next((i for i in current.items if i.name == "logits"), None)
     if work.kernels_apply and cfg.kernels.backend in ("trl", "eager") and logits and logits.bytes > 0:
         # ours, the fastest measured: CPU (experiments/kernels) and one H200 (experiments/gpu: 1.2-1.7x two bf16 GEMMs,
@@ -58,7 +65,7 @@ def _candidates(cfg: DictConfig, current: Plan) -> Iterator[Change]:
         yield "hw.optimizer=paged_adamw_8bit", _set("hw.optimizer", "paged_adamw_8bit")
     if not model.lora.enabled and work.train_mode != "frozen":
         yield "model.lora.enabled=true", _set("model.lora.enabled", True)
-    for option in work.memory_options:
+    for option in (o for o in work.memory_options if o not in cheap):
         key, _, value = option.partition("=")
         yield option, _set(key, yaml.safe_load(value))
     if hw.device == "cuda" and model.family != "gpt_oss" and model.quantization is None:
@@ -93,26 +100,36 @@ def _merge_changes(changes: list[Change]) -> list[Change]:
     return out
 
 
-def _other_hw(cfg: DictConfig) -> list[tuple[str, Plan]]:
-    """Profiles (same device count) on which the unchanged config fits, smallest first."""
+def command_line() -> list[str] | None:
+    """The overrides `python train.py` was given (None outside Hydra)."""
+    from hydra.core.hydra_config import HydraConfig
+
+    return list(HydraConfig.get().overrides.task) if HydraConfig.initialized() else None
+
+
+def _on_profile(overrides: Sequence[str], name: str, num_devices: int) -> list[str]:
+    """`overrides` moved to profile `name`: the hw choice and hw.* keys replaced (the device count kept)."""
+    keep = [o for o in overrides if next(iter(override_keys([o])), "").split(".")[0] != "hw"]
+    return [*keep, f"hw={name}", *([f"hw.num_devices={num_devices}"] if num_devices != 1 else [])]
+
+
+def _other_hw(cfg: DictConfig, overrides: Sequence[str]) -> list[tuple[str, Plan]]:
+    """Every other profile (same device count) whose own plan (`_on_profile(...) mode=plan`) fits, smallest first."""
+    from posttrain.hardware.report import profile_plan
+
     fits = []
     for path in sorted(HW_DIR.glob("*.yaml")):
-        if path.stem in (cfg.hw.name, "cpu", AUTO):  # auto is one of the others, resolved
+        if path.stem in (cfg.hw.name, AUTO):  # auto is one of the others, resolved
             continue
-        new = copy.deepcopy(cfg)
-        loaded = OmegaConf.load(path)
-        with open_dict(new):
-            new.hw = OmegaConf.merge(new.hw, loaded, {"num_devices": cfg.hw.num_devices})
-            new.kernels.backend = cfg.kernels.backend
-        apply_profile(new, overrides={"trainer.per_device_batch_size", "kernels", "algo.generation.vllm_mode"})
-        result = plan(new)
+        result, _ = profile_plan(_on_profile(overrides, path.stem, int(cfg.hw.num_devices)), suggest_fixes=False)
         if result.fits:
             fits.append((path.stem, result))
     return sorted(fits, key=lambda item: item[1].device_bytes)
 
 
-def suggest(cfg: DictConfig, current: Plan) -> str:
-    """'' when `current` fits; else the overrides that make it fit (or the hardware that would)."""
+def suggest(cfg: DictConfig, current: Plan, overrides: Sequence[str] | None = None) -> str:
+    """'' when `current` fits; else the overrides that make it fit, or the profiles whose own plans fit (`overrides`:
+    the command line `cfg` came from, default Hydra's; without one no profile is named)."""
     if current.fits:
         return ""
     chosen: list[Change] = []
@@ -133,7 +150,8 @@ def suggest(cfg: DictConfig, current: Plan) -> str:
         args = " ".join(name for name, _ in chosen)
         return f"try: {args} (peak {best.peak_bytes / GIB:.1f} of {best.device_bytes / GIB:.1f} GiB)"
     need = f"needs {best.peak_bytes / GIB:.1f} GiB" + (f" even with {' '.join(n for n, _ in chosen)}" if chosen else "")
-    others = _other_hw(cfg)
+    overrides = command_line() if overrides is None else overrides
+    others = _other_hw(cfg, overrides) if overrides is not None else []
     if others:
         names = ", ".join(f"hw={n} ({p.peak_bytes / GIB:.1f} of {p.device_bytes / GIB:.1f} GiB)" for n, p in others)
         return f"nothing fits {cfg.hw.name} ({need}); use {names}"

@@ -162,9 +162,12 @@ class GRPO(Algorithm):
             gen_len=seq,
             gen_prompt_len=prompt,
             vllm_share=_vllm_share(cfg) if vllm and algo.generation.vllm_mode == "colocate" else 0.0,
-            memory_options=("algo.generation.vllm_mode=server",)
-            if vllm and algo.generation.vllm_mode == "colocate"
-            else (),
+            # the cheap fixes the memory planner may try: vLLM as a server; sampling from the policy with HF's
+            # generate instead of a merged copy or a static cache
+            memory_options=(
+                *(("algo.generation.vllm_mode=server",) if vllm and algo.generation.vllm_mode == "colocate" else ()),
+                *(("algo.generation.backend=hf",) if copy or static_len else ()),
+            ),
             ref_copy=float(algo.beta) > 0 and not lora,
             rollout_copy_dtype=copy_dtype(gen_backend, cfg.hw.precision) if copy else None,
             rollout_packed=copy and cfg.hw.device == "cpu" and copy_dtype(gen_backend, cfg.hw.precision) == "bfloat16",
