@@ -77,3 +77,40 @@ def test_a_second_process_on_one_run_dir_is_refused(tmp_path):
         except Exception:
             time.sleep(0.1)
     check_unlocked(run)
+
+
+def test_sigterm_saves_a_checkpoint_and_exits_with_one_line(tmp_path):
+    """SIGTERM (preemption) used to exit with no message and nothing saved (save_steps=0): now the step finishes,
+    a checkpoint is written, the run ends with one line, and resume=auto continues from it."""
+    import json
+    import os
+    import signal
+
+    run = tmp_path / "run"
+    metrics = run / "metrics.jsonl"
+    proc = subprocess.Popen(
+        [sys.executable, str(ROOT / "train.py"), *TINY[1:], "trainer.max_steps=500", f"hydra.run.dir={run}"],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+    )
+    deadline = time.time() + 300
+    while time.time() < deadline and not (metrics.is_file() and metrics.read_text().count("\n") >= 2):
+        time.sleep(0.2)
+    proc.send_signal(signal.SIGTERM)
+    out, err = proc.communicate(timeout=300)
+    assert proc.returncode == 0, err[-2000:]
+    stopped = [ln for ln in out.splitlines() if ln.startswith("SIGTERM: stopped at step")]
+    assert len(stopped) == 1, out[-2000:]
+    step = int(stopped[0].split("step ")[1].split()[0])
+    assert 2 <= step < 500 and (run / "checkpoints" / f"checkpoint-{step}" / "COMPLETE").is_file()
+    summary = json.loads((run / "summary.json").read_text())
+    assert summary["stopped_by_signal"] == {"signal": "SIGTERM", "step": step}
+    again = run_cli(
+        *TINY[1:], "trainer.max_steps=500", f"trainer.stop_step={step + 1}", "resume=auto", f"hydra.run.dir={run}"
+    )
+    assert again.returncode == 0, again.stderr[-2000:]
+    assert f"resuming from {run / 'checkpoints' / f'checkpoint-{step}'}" in again.stdout
+    assert json.loads((run / "summary.json").read_text())["final_step"] == step + 1

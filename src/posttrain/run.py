@@ -17,7 +17,7 @@ from posttrain.algos.base import Algorithm
 from posttrain.algos.registry import get_algorithm
 from posttrain.callbacks import JsonlMetricsCallback, read_metrics, summary_stats
 from posttrain.callbacks.console import ConsoleSpec, finish_run, use_console
-from posttrain.callbacks.time_limit import StopAtStep, WallClockLimit
+from posttrain.callbacks.time_limit import StopAtStep, StopOnSignal, WallClockLimit
 from posttrain.checkpoints import (
     check_run_identity,
     eval_checkpoint,
@@ -79,9 +79,14 @@ def train(cfg: DictConfig, run_dir: Path, callbacks: list | None = None, resume:
     stop = StopAtStep(cfg.trainer.stop_step) if cfg.trainer.get("stop_step") else None
     if stop:
         callbacks.append(stop)
+    signals = StopOnSignal()
+    callbacks.append(signals)
     trainer = algorithm.build_trainer(cfg, run_dir, callbacks)
     use_console(trainer, algorithm.console)  # one bar + compact lines instead of HF's printed dicts
-    trainer.train(resume_from_checkpoint=resume)
+    try:
+        trainer.train(resume_from_checkpoint=resume)
+    finally:
+        signals.restore()
     if not is_main_process():  # metrics and summary are rank 0's
         return {}
     summary = _summary(algorithm, read_metrics(metrics_path), time.time() - start, trainer.state.global_step)
@@ -90,6 +95,8 @@ def train(cfg: DictConfig, run_dir: Path, callbacks: list | None = None, resume:
         summary["stopped_by_max_time_s"] = limit.stopped_at
     if stop is not None and stop.stopped_at is not None:
         summary["stopped_by_stop_step"] = stop.stopped_at
+    if signals.stopped_at is not None:
+        summary["stopped_by_signal"] = {"signal": signals.received, "step": signals.stopped_at}
     summary.update(algorithm.summarize(cfg, trainer, run_dir))
     return summary
 

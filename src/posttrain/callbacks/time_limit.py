@@ -77,3 +77,56 @@ class StopAtStep(TrainerCallback):
                     f"trainer.stop_step={self.step}: stopping at step {state.global_step} of {state.max_steps}",
                     flush=True,
                 )
+
+
+class StopOnSignal(TrainerCallback):
+    """SIGTERM (a scheduler's preemption, `kill`) or SIGINT (Ctrl-C) ends training after the current optimizer step,
+    with a checkpoint, instead of killing it with nothing saved; a second SIGINT interrupts at once. The handlers
+    are installed for training only and the previous ones restored after it (`restore`)."""
+
+    SIGNALS = ("SIGTERM", "SIGINT")
+
+    def __init__(self):
+        self.received: str | None = None
+        self.stopped_at: int | None = None
+        self._previous: dict = {}
+
+    def _handle(self, signum, frame):
+        import signal
+
+        name = signal.Signals(signum).name
+        if self.received == "SIGINT" and name == "SIGINT":
+            raise KeyboardInterrupt
+        self.received = name
+        print(f"{name}: stopping after this step with a checkpoint (SIGINT again: at once)", flush=True)
+
+    def on_train_begin(self, args, state, control, **kwargs):
+        import signal
+        import threading
+
+        if threading.current_thread() is not threading.main_thread():  # signals reach the main thread only
+            return
+        for name in self.SIGNALS:
+            sig = getattr(signal, name)
+            self._previous[sig] = signal.signal(sig, self._handle)
+
+    def on_step_end(self, args, state, control, **kwargs):
+        if _agreed(self.received is not None) and self.stopped_at is None:
+            _stop(control)
+            self.stopped_at = state.global_step
+            if state.is_world_process_zero:
+                print(
+                    f"{self.received or 'a signal'}: stopped at step {state.global_step} of {state.max_steps} "
+                    "(checkpoint saved; resume=auto continues)",
+                    flush=True,
+                )
+
+    def on_train_end(self, args, state, control, **kwargs):
+        self.restore()
+
+    def restore(self) -> None:
+        import signal
+
+        for sig, handler in self._previous.items():
+            signal.signal(sig, handler)
+        self._previous = {}
