@@ -16,9 +16,46 @@ from posttrain.inputs import check_inputs
 from posttrain.paths import CONF_DIR
 
 
+MAX_CHECKED_MEMBERS = 256  # a larger grid is checked on its first members (each check composes once, ~0.1 s)
+
+
+def sweep_members(overrides: list[str]) -> list[list[str]]:
+    """The override lists of a multirun's jobs: the basic sweeper's grid of `a,b` and `range(...)` lists. A sweep
+    another sweeper draws from (`interval(...)`, Optuna's) is left out: its jobs compose with the key's default."""
+    import itertools
+
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from hydra.core.override_parser.types import ChoiceSweep, RangeSweep
+
+    axes: list[list[str]] = []
+    for override in OverridesParser.create().parse_overrides(overrides):
+        text = override.input_line or ""
+        if not override.is_sweep_override():
+            axes.append([text])
+        elif isinstance(override.value(), (ChoiceSweep, RangeSweep)):
+            prefix = text.split("=", 1)[0]
+            axes.append([f"{prefix}={v}" for v in override.sweep_string_iterator()])
+    return [list(m) for m in itertools.islice(itertools.product(*axes), MAX_CHECKED_MEMBERS)]
+
+
+def _precheck_sweep(overrides: list[str]) -> None:
+    """Every job of a multirun composed and validated before the first one starts."""
+    for member in sweep_members(overrides):
+        try:
+            load_config(member, hf_names=False)
+        except UserError as ex:
+            changed = [o for o in member if o not in overrides]
+            print(f"error: sweep job {' '.join(changed) or '(all)'}: {ex}", file=sys.stderr)
+            sys.exit(ex.exit_code)
+
+
 def _precheck(argv: list[str]) -> None:
-    """Compose once before Hydra does, so a typo or bad value fails in one line (multirun: Hydra checks)."""
-    if any(a in ("-m", "--multirun") for a in argv) or any(a.startswith(("--", "-")) for a in argv):
+    """Compose once before Hydra does, so a typo or bad value fails in one line; a multirun, once per job."""
+    if any(a in ("-m", "--multirun") for a in argv):
+        overrides = [a for a in argv if not a.startswith(("-", "hydra.", "hydra/", "+hydra", "~hydra"))]
+        _precheck_sweep(overrides)
+        return
+    if any(a.startswith(("--", "-")) for a in argv):
         return
     overrides = [a for a in argv if not a.startswith(("hydra.", "hydra/", "+hydra", "~hydra"))]
     try:

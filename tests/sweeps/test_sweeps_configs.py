@@ -190,3 +190,28 @@ def test_accelerate_command_picks_the_hw_profiles_accelerate_config(hw, config):
     assert cmd[cmd.index("--num_processes") + 1] == "2"
     assert cmd[len(cmd) - cmd[::-1].index("-m")] == "posttrain"  # the installed package, not a file of the checkout
     assert cmd[-2:] == ["hw.num_devices=2", "model=llama3_2_1b"]
+
+
+def test_every_sweep_job_is_checked_before_the_first_starts(tmp_path):
+    """`-m model.lora.r=8,0` trained job 0 before job 1 failed; `-m trainer.lrr=...` printed Hydra's multi-line
+    error recommending `+trainer.lrr`. Both are now one line naming the job, and no sweep dir is made."""
+    from posttrain.cli import sweep_members
+    from tests.conftest import run_cli
+
+    assert sweep_members(["a.b=1,2", "c=3", "d=range(0,2)"]) == [
+        ["a.b=1", "c=3", "d=0"],
+        ["a.b=1", "c=3", "d=1"],
+        ["a.b=2", "c=3", "d=0"],
+        ["a.b=2", "c=3", "d=1"],
+    ]
+    sweep = tmp_path / "sweep"
+    for args, line in (
+        (("model.lora.r=8,0",), "error: sweep job model.lora.r=0: model.lora.r=0 must be > 0"),
+        (
+            ("trainer.lrr=1e-3,3e-3",),
+            "error: sweep job trainer.lrr=0.001: trainer.lrr: Key 'lrr' not in 'TrainerConfig'",
+        ),
+    ):
+        proc = run_cli("-m", *args, "trainer.max_steps=1", f"hydra.sweep.dir={sweep}")
+        assert proc.returncode == 2 and proc.stderr.strip().splitlines() == [line], proc.stderr[-2000:]
+        assert not sweep.exists()
