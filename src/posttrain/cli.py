@@ -15,7 +15,6 @@ from posttrain.errors import UserError
 from posttrain.inputs import check_inputs
 from posttrain.paths import CONF_DIR
 
-
 MAX_CHECKED_MEMBERS = 256  # a larger grid is checked on its first members (each check composes once, ~0.1 s)
 
 
