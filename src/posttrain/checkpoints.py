@@ -133,7 +133,7 @@ def eval_checkpoint(cfg, run_dir: Path) -> Path | None:
         ckpts = complete_checkpoints(run_dir / "checkpoints")
         if not ckpts:
             raise CheckpointError(
-                f"mode=eval: no complete checkpoint in {run_dir / 'checkpoints'} "
+                f"mode={cfg.mode}: no complete checkpoint in {run_dir / 'checkpoints'} "
                 "(eval.checkpoint=<dir> names one; eval.checkpoint=init scores the starting weights)"
             )
         path = ckpts[-1]

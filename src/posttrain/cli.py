@@ -105,4 +105,10 @@ def main() -> None:
         print(f"error: {ex}", file=sys.stderr)
         sys.exit(2)
     _precheck(sys.argv[1:])
+    if any(a in ("mode=export", "mode=eval") for a in sys.argv[1:]) and not any(
+        a.startswith("hydra.output_subdir") for a in sys.argv[1:]
+    ):
+        sys.argv.append(
+            "hydra.output_subdir=null"
+        )  # scoring or exporting a run leaves its .hydra/ as training wrote it
     _hydra_main()

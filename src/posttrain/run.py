@@ -159,13 +159,21 @@ def _run_in(cfg: DictConfig, run_dir: Path, algorithm: Algorithm, main_process: 
             print(finished_message(run_dir, done, cfg), flush=True)
         summary_path = run_dir / "summary.json"
         return objective(cfg, json.loads(summary_path.read_text())) if summary_path.is_file() else None
-    checkpoint = eval_checkpoint(cfg, run_dir) if cfg.mode == "eval" else None
+    if cfg.mode == "export" and type(algorithm).trained_lm is Algorithm.trained_lm:
+        algorithm.trained_lm(cfg, None)  # the algorithm's one-line refusal, before looking for a checkpoint
+    checkpoint = eval_checkpoint(cfg, run_dir) if cfg.mode in ("eval", "export") else None
     run_dir.mkdir(parents=True, exist_ok=True)
-    if main_process:
+    if main_process and cfg.mode != "export":  # an export leaves the run's files as they are
         (run_dir / "config.yaml").write_text(OmegaConf.to_yaml(cfg, resolve=True))
         # one config per run dir, the one that runs: Hydra's copy is the composition before the profile applied
         (run_dir / ".hydra" / "config.yaml").unlink(missing_ok=True)
     OmegaConf.set_readonly(cfg, True)  # what config.yaml says is what runs: nothing after this may change it
+    if cfg.mode == "export":
+        from posttrain.export import export
+
+        info = export(cfg, run_dir, checkpoint)
+        print(json.dumps(info))
+        return None
     if cfg.mode == "eval":
         summary = algorithm.evaluate(cfg, run_dir, checkpoint)
     else:

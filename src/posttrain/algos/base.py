@@ -13,6 +13,7 @@ composing a config imports it. The heavy parts (trainer, model, evaluation) are 
         def build_trainer(self, cfg, run_dir, callbacks): ...   # -> an HF Trainer, ready to .train()
         def summarize(self, cfg, trainer, run_dir): ...          # -> extra summary.json keys after training
         def evaluate(self, cfg, run_dir, checkpoint): ...        # mode=eval on `eval.checkpoint` -> summary dict
+        def trained_lm(self, cfg, checkpoint): ...               # optional: mode=export -> (model, tokenizer)
 
 A `conf/algo/<name>.yaml` is optional: without one, `algo=<name>` composes the schema's defaults (the registry
 stores it in Hydra's ConfigStore); with one, it holds no values (the schema's defaults are the defaults), only
@@ -117,3 +118,10 @@ class Algorithm(abc.ABC):
     @abc.abstractmethod
     def evaluate(self, cfg: DictConfig, run_dir: Path, checkpoint: Path | None) -> dict[str, Any]:
         """`mode=eval`: score `checkpoint` (None: the starting weights) on held-out data; the summary dict."""
+
+    def trained_lm(self, cfg: DictConfig, checkpoint: Path | None) -> tuple[Any, Any]:
+        """`mode=export`: (the trained causal LM, PEFT-wrapped or not; its tokenizer) from `checkpoint`. An algorithm
+        whose checkpoint is not one language model (D2L's hypernetwork) keeps this refusal."""
+        from posttrain.errors import ConfigError
+
+        raise ConfigError(f"mode=export: algo={self.name}'s checkpoint is not a single language model to export")

@@ -86,12 +86,12 @@ class StopOnSignal(TrainerCallback):
 
     SIGNALS = ("SIGTERM", "SIGINT")
 
-    def __init__(self):
+    def __init__(self) -> None:
         self.received: str | None = None
         self.stopped_at: int | None = None
         self._previous: dict = {}
 
-    def _handle(self, signum, frame):
+    def _handle(self, signum: int, frame: object) -> None:
         import signal
 
         name = signal.Signals(signum).name

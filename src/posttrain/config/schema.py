@@ -197,6 +197,13 @@ class EvalConfig:
 
 
 @dataclass
+class ExportConfig:
+    # mode=export: where the merged model is saved (null: <run dir>/export); a hub repo id to push it to (null: none)
+    dir: str | None = free(None, "an output directory, created by the export")
+    push_to_hub: str | None = None
+
+
+@dataclass
 class Config:
     model: ModelConfig = MISSING
     algo: Any = MISSING
@@ -206,8 +213,9 @@ class Config:
     logger: LoggerConfig = MISSING
     kernels: KernelsConfig = MISSING
     eval: EvalConfig = field(default_factory=EvalConfig)
+    export: ExportConfig = field(default_factory=ExportConfig)
     seed: int = num(0, ge=0, le=2**32 - 1)  # transformers.set_seed seeds numpy too
-    mode: str = "train"  # train | plan | eval
+    mode: str = "train"  # train | plan | eval | export (posttrain.export)
     # null | auto | <checkpoint path>
     resume: str | None = local_path(None, kind="dir", special=("auto",), noun="checkpoint directory")
     # filled at run time from hydra's output dir (posttrain.inputs.check_run_dir checks it first)

@@ -190,6 +190,15 @@ class GRPO(Algorithm):
 
         return evaluate(cfg, run_dir, checkpoint)
 
+    def trained_lm(self, cfg: DictConfig, checkpoint: Path | None) -> tuple[Any, Any]:
+        from posttrain.algos.grpo.evaluate import load_trained_weights
+        from posttrain.models import load
+
+        model, tokenizer = load(cfg)
+        if checkpoint is not None:
+            load_trained_weights(model, checkpoint)
+        return model, tokenizer
+
 
 def _vllm_share(cfg: DictConfig) -> float:
     """The device share a colocated vLLM reserves: `algo.generation.vllm_gpu_memory_utilization`, else the device's."""
