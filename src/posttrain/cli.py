@@ -105,7 +105,7 @@ def main() -> None:
         print(f"error: {ex}", file=sys.stderr)
         sys.exit(2)
     _precheck(sys.argv[1:])
-    if any(a in ("mode=export", "mode=eval") for a in sys.argv[1:]) and not any(
+    if any(a in ("mode=export", "mode=eval", "mode=sample") for a in sys.argv[1:]) and not any(
         a.startswith("hydra.output_subdir") for a in sys.argv[1:]
     ):
         sys.argv.append(

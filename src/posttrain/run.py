@@ -159,15 +159,24 @@ def _run_in(cfg: DictConfig, run_dir: Path, algorithm: Algorithm, main_process: 
             print(finished_message(run_dir, done, cfg), flush=True)
         summary_path = run_dir / "summary.json"
         return objective(cfg, json.loads(summary_path.read_text())) if summary_path.is_file() else None
-    if cfg.mode == "export" and type(algorithm).trained_lm is Algorithm.trained_lm:
+    if cfg.mode in ("export", "sample") and type(algorithm).trained_lm is Algorithm.trained_lm:
         algorithm.trained_lm(cfg, None)  # the algorithm's one-line refusal, before looking for a checkpoint
-    checkpoint = eval_checkpoint(cfg, run_dir) if cfg.mode in ("eval", "export") else None
+    if cfg.mode == "sample":
+        from posttrain.sample import prompts_of
+
+        prompts_of(cfg)  # no prompts: one line before the model loads
+    checkpoint = eval_checkpoint(cfg, run_dir) if cfg.mode in ("eval", "export", "sample") else None
     run_dir.mkdir(parents=True, exist_ok=True)
-    if main_process and cfg.mode != "export":  # an export leaves the run's files as they are
+    if main_process and cfg.mode not in ("export", "sample"):  # these leave the run's files as they are
         (run_dir / "config.yaml").write_text(OmegaConf.to_yaml(cfg, resolve=True))
         # one config per run dir, the one that runs: Hydra's copy is the composition before the profile applied
         (run_dir / ".hydra" / "config.yaml").unlink(missing_ok=True)
     OmegaConf.set_readonly(cfg, True)  # what config.yaml says is what runs: nothing after this may change it
+    if cfg.mode == "sample":
+        from posttrain.sample import sample
+
+        sample(cfg, checkpoint)
+        return None
     if cfg.mode == "export":
         from posttrain.export import export
 

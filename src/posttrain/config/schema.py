@@ -204,6 +204,15 @@ class ExportConfig:
 
 
 @dataclass
+class SampleConfig:
+    # mode=sample (posttrain.sample): prompts, each a user message; and/or a text file of one prompt per line
+    prompts: list[str] = field(default_factory=list)
+    file: str | None = local_path(None, kind="file", noun="prompt file")
+    max_new_tokens: int = num(64, gt=0)
+    temperature: float = num(0.0, ge=0, note="0: greedy")
+
+
+@dataclass
 class Config:
     model: ModelConfig = MISSING
     algo: Any = MISSING
@@ -214,8 +223,9 @@ class Config:
     kernels: KernelsConfig = MISSING
     eval: EvalConfig = field(default_factory=EvalConfig)
     export: ExportConfig = field(default_factory=ExportConfig)
+    sample: SampleConfig = field(default_factory=SampleConfig)
     seed: int = num(0, ge=0, le=2**32 - 1)  # transformers.set_seed seeds numpy too
-    mode: str = "train"  # train | plan | eval | export (posttrain.export)
+    mode: str = "train"  # train | plan | eval | export (posttrain.export) | sample (posttrain.sample)
     # null | auto | <checkpoint path>
     resume: str | None = local_path(None, kind="dir", special=("auto",), noun="checkpoint directory")
     # filled at run time from hydra's output dir (posttrain.inputs.check_run_dir checks it first)

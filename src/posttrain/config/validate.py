@@ -15,7 +15,7 @@ __all__ = ["ConfigError", "check_choices", "validate"]
 
 
 _CHOICES = {
-    "mode": ("train", "plan", "eval", "export"),
+    "mode": ("train", "plan", "eval", "export", "sample"),
     "model.family": ("llama", "gpt_oss"),
     "model.dtype": ("auto", "float32", "bfloat16", "float16"),
     "model.mxfp4": ("dequantize", "native"),

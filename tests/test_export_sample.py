@@ -1,10 +1,11 @@
 """`mode=export`: the trained LoRA merged into a plain Hugging Face checkpoint that loads without posttrain or PEFT
-and gives the adapter model's logits."""
+and gives the adapter model's logits; `mode=sample`: a checkpoint's completions of given prompts."""
 
 from __future__ import annotations
 
 import json
 
+import pytest
 import torch
 
 from posttrain.config.compose import load_config
@@ -49,3 +50,30 @@ def test_export_refuses_what_is_not_one_language_model(tmp_path):
     proc = run_cli("algo=d2l", "mode=export", f"hydra.run.dir={tmp_path / 'run'}")
     assert proc.returncode == 2
     assert "mode=export: algo=d2l's checkpoint is not a single language model to export" in proc.stderr
+
+
+def test_sample_prints_the_checkpoints_greedy_completions(tmp_path):
+    from posttrain.algos.registry import get_algorithm
+    from posttrain.models.generation import generate
+
+    run = tmp_path / "run"
+    assert run_cli(*TINY, "trainer.lr=0.05", f"hydra.run.dir={run}").returncode == 0
+    prompts = tmp_path / "prompts.txt"
+    prompts.write_text("the sea\n\nthe sky\n")
+    proc = run_cli(*TINY, "mode=sample", f"sample.file={prompts}", "sample.max_new_tokens=6", f"hydra.run.dir={run}")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    rows = [json.loads(ln) for ln in proc.stdout.splitlines() if ln.startswith('{"prompt"')]
+    assert [r["prompt"] for r in rows] == ["the sea", "the sky"]
+    model, tok = get_algorithm("grpo").trained_lm(load_config(list(TINY)), run / "checkpoints" / "checkpoint-2")
+    texts, _ = generate(
+        model, tok, [[{"role": "user", "content": p}] for p in ("the sea", "the sky")], max_new_tokens=6
+    )
+    assert [r["completion"] for r in rows] == texts
+    proc = run_cli(*TINY, "mode=sample", f"hydra.run.dir={run}")
+    assert proc.returncode == 2 and "mode=sample needs prompts" in proc.stderr
+
+
+@pytest.mark.parametrize("mode", ["export", "sample"])
+def test_a_missing_checkpoint_is_one_line(tmp_path, mode):
+    proc = run_cli(*TINY, f"mode={mode}", "sample.prompts=[hi]", f"hydra.run.dir={tmp_path / 'run'}")
+    assert proc.returncode == 2 and f"error: mode={mode}: no complete checkpoint in" in proc.stderr
