@@ -114,3 +114,21 @@ def test_sigterm_saves_a_checkpoint_and_exits_with_one_line(tmp_path):
     assert again.returncode == 0, again.stderr[-2000:]
     assert f"resuming from {run / 'checkpoints' / f'checkpoint-{step}'}" in again.stdout
     assert json.loads((run / "summary.json").read_text())["final_step"] == step + 1
+
+
+def test_a_wandb_offline_run_holds_the_composed_config_and_the_summary(tmp_path, monkeypatch):
+    """W&B used to get TRL's arguments only: the run now also holds posttrain's config as it ran (the profile's
+    kernel, not the default) and summary.json's numbers, named after the run dir and tagged with the overrides."""
+    import json
+
+    for key in ("WANDB_NAME", "WANDB_RUN_GROUP", "WANDB_TAGS", "WANDB_DIR", "WANDB_MODE", "WANDB_PROJECT"):
+        monkeypatch.delenv(key, raising=False)
+    run = tmp_path / "wbrun"
+    proc = run_cli(*TINY, "logger=wandb", "logger.wandb_mode=offline", f"hydra.run.dir={run}")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    (record,) = list((run / "wandb").glob("offline-run-*/run-*.wandb"))
+    data = record.read_bytes()  # the run's protobuf records: config and summary values are JSON strings in it
+    summary = json.loads((run / "summary.json").read_text())
+    assert b'"kernels":{"backend":"fused"}' in data  # hw=cpu's kernel: the config as it ran (the default is trl)
+    assert b"reward_last5_mean" in data and json.dumps(summary["reward_last5_mean"]).encode() in data
+    assert b"wbrun" in data and b"trainer.max_steps=2" in data  # run name and tags

@@ -190,7 +190,21 @@ def _run_in(cfg: DictConfig, run_dir: Path, algorithm: Algorithm, main_process: 
     if not main_process:
         return None
     (run_dir / "summary.json").write_text(json.dumps(summary, indent=2))
+    _to_wandb(cfg, summary)
     if cfg.mode == "train":  # summary table on the terminal, curves in <run_dir>/plots/
         finish_run(run_dir, summary, algorithm.console)
     print(json.dumps({"run_dir": str(run_dir), **{k: v for k, v in summary.items() if not isinstance(v, dict)}}))
     return objective(cfg, summary)
+
+
+def _to_wandb(cfg: DictConfig, summary: dict[str, Any]) -> None:
+    """With logger=wandb: the composed config (as run) and summary.json into the W&B run, which then finishes."""
+    if cfg.logger.name != "wandb":
+        return
+    import wandb
+
+    if wandb.run is None:
+        return
+    wandb.run.config.update({"posttrain": OmegaConf.to_container(cfg, resolve=True)}, allow_val_change=True)
+    wandb.run.summary.update({k: v for k, v in summary.items() if isinstance(v, (int, float, str, bool))})
+    wandb.finish()

@@ -26,7 +26,35 @@ def report_to(logger_cfg: DictConfig, run_dir: Path) -> list[str]:
     if logger_cfg.entity:
         os.environ.setdefault("WANDB_ENTITY", logger_cfg.entity)
     os.environ.setdefault("WANDB_DIR", str(run_dir))
+    for key, value in wandb_names(run_dir).items():  # what wandb.init reads; a value the user set wins
+        if key not in os.environ or key in _SET_BY_US:  # ours are renewed per run (multirun jobs share a process)
+            os.environ[key] = value
+            _SET_BY_US.add(key)
     return ["wandb"]
+
+
+_SET_BY_US: set[str] = set()
+
+
+def wandb_names(run_dir: Path) -> dict[str, str]:
+    """The W&B run's name (the run dir's), group (the sweep's dir, in a multirun) and tags (the command line's
+    overrides, W&B's 64-character limit each)."""
+    names = {"WANDB_NAME": run_dir.name if run_dir.name not in ("", ".") else str(run_dir)}
+    try:
+        from hydra.core.hydra_config import HydraConfig
+        from hydra.types import RunMode
+
+        if HydraConfig.initialized():
+            hc = HydraConfig.get()
+            if hc.mode == RunMode.MULTIRUN:
+                names["WANDB_RUN_GROUP"] = Path(hc.sweep.dir).name
+                names["WANDB_NAME"] = f"{Path(hc.sweep.dir).name}/{run_dir.name}"
+            tags = [o for o in hc.overrides.task if not o.startswith("hydra.")]
+            if tags:
+                names["WANDB_TAGS"] = ",".join(t.replace(",", ";")[:64] for t in tags)
+    except ImportError:
+        pass
+    return names
 
 
 def gradient_checkpointing(cfg: DictConfig) -> bool:
