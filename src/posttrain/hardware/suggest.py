@@ -115,13 +115,17 @@ def _on_profile(overrides: Sequence[str], name: str, num_devices: int) -> list[s
 
 def _other_hw(cfg: DictConfig, overrides: Sequence[str]) -> list[tuple[str, Plan]]:
     """Every other profile (same device count) whose own plan (`_on_profile(...) mode=plan`) fits, smallest first."""
-    from posttrain.hardware.report import profile_plan
+    from posttrain.config.compose import load_config
+    from posttrain.hardware.profile import apply_profile
 
     fits = []
     for path in sorted(HW_DIR.glob("*.yaml")):
         if path.stem in (cfg.hw.name, AUTO):  # auto is one of the others, resolved
             continue
-        result, _ = profile_plan(_on_profile(overrides, path.stem, int(cfg.hw.num_devices)), suggest_fixes=False)
+        moved = _on_profile(overrides, path.stem, int(cfg.hw.num_devices))
+        other = load_config(moved)  # as `posttrain.hardware.report.profile_plan` plans it
+        apply_profile(other, overrides=override_keys(moved))
+        result = plan(other)
         if result.fits:
             fits.append((path.stem, result))
     return sorted(fits, key=lambda item: item[1].device_bytes)
