@@ -3,6 +3,7 @@ per run dir (a second is refused in one line naming the holder, before anything 
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 import time
@@ -132,3 +133,30 @@ def test_a_wandb_offline_run_holds_the_composed_config_and_the_summary(tmp_path,
     assert b'"kernels":{"backend":"fused"}' in data  # hw=cpu's kernel: the config as it ran (the default is trl)
     assert b"reward_last5_mean" in data and json.dumps(summary["reward_last5_mean"]).encode() in data
     assert b"wbrun" in data and b"trainer.max_steps=2" in data  # run name and tags
+
+
+def test_a_checkpoint_missing_a_file_or_with_flipped_bytes_is_refused(tmp_path):
+    """A GRPO checkpoint without adapter_model.safetensors resumed silently from fresh adapters, and flipped bytes in
+    a tensor payload loaded silently: each checkpoint's MANIFEST.json (size and sha256 of every file) refuses both."""
+    import shutil
+
+    run = tmp_path / "run"
+    assert run_cli(*TINY, f"hydra.run.dir={run}").returncode == 0
+    ckpt = run / "checkpoints" / "checkpoint-2"
+    assert {"adapter_model.safetensors", "optimizer.pt"} <= set(json.loads((ckpt / "MANIFEST.json").read_text()))
+    for damage, needle in (
+        ("missing", "lacks adapter_model.safetensors (listed in its MANIFEST.json)"),
+        ("flipped", "adapter_model.safetensors changed since it was saved"),
+    ):
+        copy = tmp_path / damage
+        shutil.copytree(run, copy)
+        adapter = copy / "checkpoints" / "checkpoint-2" / "adapter_model.safetensors"
+        if damage == "missing":
+            adapter.unlink()
+        else:
+            data = bytearray(adapter.read_bytes())
+            data[-8] ^= 0xFF  # inside the last tensor's payload: the file still parses
+            adapter.write_bytes(bytes(data))
+        proc = run_cli(*TINY[1:], "trainer.max_steps=3", "resume=auto", f"hydra.run.dir={copy}")
+        assert proc.returncode == 2, proc.stdout[-1000:]
+        assert needle in proc.stderr and len(proc.stderr.strip().splitlines()) == 1, proc.stderr

@@ -19,6 +19,21 @@ from posttrain.errors import CheckpointError
 _CKPT = re.compile(r"^checkpoint-(\d+)$")
 COMPLETE_MARKER = "COMPLETE"
 IDENTITY_FILE = "run_identity.json"
+MANIFEST_FILE = "MANIFEST.json"  # every file of a checkpoint with its size and sha256, written before COMPLETE
+
+
+def manifest(folder: Path) -> dict[str, dict]:
+    """{relative path: {"bytes", "sha256"}} of every file in `folder` (the manifest and marker themselves aside)."""
+    import hashlib
+
+    out = {}
+    for f in sorted(p for p in folder.rglob("*") if p.is_file() and p.name not in (MANIFEST_FILE, COMPLETE_MARKER)):
+        digest = hashlib.sha256()
+        with f.open("rb") as fh:
+            for block in iter(lambda: fh.read(1 << 22), b""):
+                digest.update(block)
+        out[f.relative_to(folder).as_posix()] = {"bytes": f.stat().st_size, "sha256": digest.hexdigest()}
+    return out
 
 
 def complete_checkpoints(ckpt_root: Path) -> list[Path]:
@@ -63,6 +78,7 @@ class AtomicCheckpointMixin(_TrainerBase):
         identity = root.parent / IDENTITY_FILE  # which (model, algo, data) wrote it: checked before a resume
         if identity.is_file():
             shutil.copyfile(identity, staging / name / IDENTITY_FILE)
+        _write_atomic(staging / name / MANIFEST_FILE, json.dumps(manifest(staging / name), indent=1))
         _write_atomic(staging / name / COMPLETE_MARKER, json.dumps({"step": self.state.global_step}))
         final = root / name
         if final.exists():
@@ -150,8 +166,10 @@ def eval_checkpoint(cfg, run_dir: Path) -> Path | None:
 def verify_checkpoint(path: str | Path, identity: dict | None = None) -> None:
     """Refuse, in one line, a checkpoint that is damaged or was written by another (model, algo, data) run.
 
-    Every safetensors file must parse and cover its whole file, every torch `.pt`/`.pth`/`.bin` must be a whole
-    zip archive, every JSON file must parse; `run_identity.json` (copied into each checkpoint at save time, else
+    Every file its `MANIFEST.json` lists must be there with the size and sha256 it was saved with (a missing
+    adapter or optimizer state, or flipped bytes, is refused rather than resumed fresh); every safetensors file must
+    parse and cover its whole file, every torch `.pt`/`.pth`/`.bin` must be a whole zip archive, every JSON file must
+    parse; `run_identity.json` (copied into each checkpoint at save time, else
     the run dir's own) must match `identity` — a file is never "repaired" or skipped.
     """
     import zipfile
@@ -173,6 +191,21 @@ def verify_checkpoint(path: str | Path, identity: dict | None = None) -> None:
         except Exception as ex:
             reason = str(ex).splitlines()[0] if str(ex) else type(ex).__name__
             raise CheckpointError(f"damaged checkpoint file {f} ({reason}): resume from another checkpoint") from None
+    listed = path / MANIFEST_FILE
+    if listed.is_file():  # written by posttrain at save time: every file there, whole and unchanged
+        want, have = json.loads(listed.read_text()), manifest(path)
+        missing = sorted(set(want) - set(have))
+        if missing:
+            raise CheckpointError(
+                f"checkpoint {path} lacks {', '.join(missing)} (listed in its {MANIFEST_FILE}): resume from another "
+                "checkpoint"
+            )
+        changed = sorted(k for k in want if want[k] != have[k])
+        if changed:
+            raise CheckpointError(
+                f"checkpoint {path}: {', '.join(changed)} changed since it was saved (sha256 differs from "
+                f"{MANIFEST_FILE}): resume from another checkpoint"
+            )
     if identity is None:
         return
     for candidate in (path / IDENTITY_FILE, path.parent.parent / IDENTITY_FILE):

@@ -145,7 +145,7 @@ def test_checkpoint_without_head_is_refused(compose, tmp_path):
     ckpt = tmp_path / "a" / "checkpoints" / "checkpoint-1"
     (ckpt / HEAD_FILE).unlink()
     cfg = compose(*TINY, "trainer.max_steps=2", "resume=auto", run_dir=tmp_path / "a")
-    with pytest.raises(CheckpointError, match="no projection head"):
+    with pytest.raises(CheckpointError, match=f"lacks {HEAD_FILE} \\(listed in its MANIFEST.json\\)"):
         run(cfg)
     # another head shape, or another tiny base (seed), is refused too
     run(compose(*TINY, "trainer.max_steps=1", run_dir=tmp_path / "b"))
