@@ -119,6 +119,23 @@ def _cli_keys() -> set[str]:
     return override_keys(HydraConfig.get().overrides.task) if HydraConfig.initialized() else set()
 
 
+def _millions(n: int) -> str:
+    return f"{n / 1e9:.2f}B" if n >= 1e9 else f"{n / 1e6:.1f}M" if n >= 1e5 else str(n)
+
+
+def run_header(cfg: DictConfig, run_dir: Path, applied: dict[str, Any]) -> str:
+    """One line before training: where it writes, what runs (the profile's choices included), how much trains."""
+    from posttrain.hardware.params import count_params
+
+    counts = count_params(cfg)
+    chosen = " ".join(f"{k}={v}" for k, v in applied.items() if "." in k)  # config keys (not process settings)
+    return (
+        f"run {run_dir}: algo={cfg.algo.name} model={cfg.model.name} hw={cfg.hw.name} precision={cfg.hw.precision} "
+        f"kernels={cfg.kernels.backend} | params {_millions(counts.total)}, trainable {_millions(counts.trainable)}"
+        + (f" | set by the profile: {chosen}" if chosen else "")
+    )
+
+
 def run(cfg: DictConfig) -> float | None:
     """Validate, apply the hw profile, then plan, train or evaluate; writes `config.yaml` and `summary.json` in the
     run dir and returns the objective (for Hydra sweepers)."""
@@ -128,7 +145,7 @@ def run(cfg: DictConfig) -> float | None:
     validate(cfg)
     from posttrain.hardware import apply_profile
 
-    apply_profile(cfg)  # once: attention, optimizer, batch default, kernels, TF32, allocator (posttrain.hardware)
+    applied = apply_profile(cfg)  # once: attention, optimizer, batch, kernels, TF32, allocator (posttrain.hardware)
     export_submitit_env()  # a multi-task SLURM/submitit job becomes one DDP run
     main_process = is_main_process()
     run_dir = run_dir_of(cfg)
@@ -144,6 +161,8 @@ def run(cfg: DictConfig) -> float | None:
         from posttrain.hardware.preflight import preflight
 
         preflight(cfg)
+        if main_process:
+            print(run_header(cfg, run_dir, applied), flush=True)
     # one training process per run dir (the lock is released when this process ends, however it ends)
     lock = run_dir_lock(run_dir) if cfg.mode == "train" and main_process else contextlib.nullcontext()
     with lock:

@@ -20,6 +20,10 @@ def test_tiny_gpt_oss_grpo_three_steps_and_run_dir(tmp_path):
     run = tmp_path / "run"
     proc = run_cli("model=tiny_gpt_oss", "algo=grpo", "trainer.max_steps=3", f"hydra.run.dir={run}")
     assert proc.returncode == 0, proc.stderr[-3000:]
+    # the run header: where, what runs (the profile's choices included), how much trains
+    (header,) = [ln for ln in proc.stdout.splitlines() if ln.startswith(f"run {run}: ")]
+    assert "algo=grpo model=tiny_gpt_oss hw=cpu" in header and "kernels=fused" in header
+    assert "| params " in header and "trainable" in header and "set by the profile: " in header
     metrics = read_metrics(run / "metrics.jsonl")
     assert [m["step"] for m in metrics] == [1, 2, 3]
     assert all(math.isfinite(m["loss"]) and 0.0 <= m["reward"] <= 1.0 for m in metrics)

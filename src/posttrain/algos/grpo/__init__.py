@@ -83,7 +83,7 @@ class GRPO(Algorithm):
             check_kernel(cfg)
             if own.vllm_mode and "algo.generation.vllm_mode" not in given and gen.vllm_mode != own.vllm_mode:
                 gen.vllm_mode = applied["algo.generation.vllm_mode"] = own.vllm_mode
-            if gen.vllm_gpu_memory_utilization is None:
+            if gen.vllm_gpu_memory_utilization is None and own.vllm_gpu_memory_utilization > 0:
                 gen.vllm_gpu_memory_utilization = own.vllm_gpu_memory_utilization
                 applied["algo.generation.vllm_gpu_memory_utilization"] = own.vllm_gpu_memory_utilization
             backend = own.generation_backend
