@@ -77,3 +77,19 @@ def test_sample_prints_the_checkpoints_greedy_completions(tmp_path):
 def test_a_missing_checkpoint_is_one_line(tmp_path, mode):
     proc = run_cli(*TINY, f"mode={mode}", "sample.prompts=[hi]", f"hydra.run.dir={tmp_path / 'run'}")
     assert proc.returncode == 2 and f"error: mode={mode}: no complete checkpoint in" in proc.stderr
+
+
+def test_a_run_is_read_with_its_own_command_line(tmp_path):
+    """`mode=export hydra.run.dir=<run>` alone: the run's overrides (here another model) apply; a key given again
+    replaces the run's."""
+    run = tmp_path / "run"
+    assert run_cli(*TINY, "model=tiny_gpt_oss", f"hydra.run.dir={run}").returncode == 0
+    proc = run_cli("mode=export", f"hydra.run.dir={run}")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert (
+        f"{run}: the run's own overrides apply: trainer.max_steps=2" in proc.stdout
+        and "model=tiny_gpt_oss" in proc.stdout
+    )
+    assert json.loads((run / "export" / "export.json").read_text())["base_model"] == "tiny_gpt_oss"
+    proc = run_cli("mode=sample", "sample.prompts=[hi]", "sample.max_new_tokens=12", f"hydra.run.dir={run}")
+    assert proc.returncode == 0 and '{"prompt": "hi"' in proc.stdout, proc.stderr[-2000:]

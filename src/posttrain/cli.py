@@ -97,6 +97,37 @@ def _hydra_main(cfg: DictConfig) -> float | None:
         sys.exit(ex.exit_code)
 
 
+READS_A_RUN = ("mode=eval", "mode=export", "mode=sample")
+_RUN_ONLY = ("mode", "resume", "eval", "export", "sample", "hydra")  # keys of the training command not carried over
+
+
+def with_the_runs_overrides(argv: list[str]) -> list[str]:
+    """`mode=eval|export|sample hydra.run.dir=<run>` reads that run's own command line (`.hydra/overrides.yaml`):
+    its overrides come first, and a key given here replaces the run's."""
+    from pathlib import Path
+
+    import yaml
+
+    from posttrain.config.compose import override_keys
+
+    if not any(a in READS_A_RUN for a in argv):
+        return argv
+    run_dir = next((a.split("=", 1)[1] for a in reversed(argv) if a.startswith("hydra.run.dir=")), None)
+    saved = Path(run_dir) / ".hydra" / "overrides.yaml" if run_dir else None
+    if saved is None or not saved.is_file():
+        return argv
+    given = override_keys(argv)
+    taken = []
+    for override in yaml.safe_load(saved.read_text()) or []:
+        keys = override_keys([override])
+        if keys & given or any(k.split(".")[0].lstrip("+~") in _RUN_ONLY for k in keys):
+            continue
+        taken.append(override)
+    if taken:
+        print(f"{run_dir}: the run's own overrides apply: {' '.join(taken)}", flush=True)
+    return [*taken, *argv]
+
+
 def main() -> None:
     register()
     try:  # multi-process launch: one run dir for all ranks, ranks > 0 write nothing of their own
@@ -104,6 +135,7 @@ def main() -> None:
     except ValueError as ex:
         print(f"error: {ex}", file=sys.stderr)
         sys.exit(2)
+    sys.argv[1:] = with_the_runs_overrides(sys.argv[1:])
     _precheck(sys.argv[1:])
     if any(a in ("mode=export", "mode=eval", "mode=sample") for a in sys.argv[1:]) and not any(
         a.startswith("hydra.output_subdir") for a in sys.argv[1:]
