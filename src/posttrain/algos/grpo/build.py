@@ -15,7 +15,7 @@ from posttrain.kernels.registry import BACKENDS
 from posttrain.rollout import build_engine
 from posttrain.training_args import common_training_kwargs
 
-__all__ = ["TRL_FIELDS", "build_trainer", "grpo_args"]
+__all__ = ["LOSS_TYPE_FIELDS", "TRL_FIELDS", "build_trainer", "grpo_args"]
 
 
 def grpo_args(cfg: DictConfig, run_dir: Path, reward_weights: list[float] | None = None) -> GRPOConfig:
@@ -51,12 +51,8 @@ def grpo_args(cfg: DictConfig, run_dir: Path, reward_weights: list[float] | None
     return GRPOConfig(**kwargs)
 
 
-# `algo` fields that are GRPOConfig fields of the same name and meaning
-TRL_FIELDS = (
-    "loss_type",
-    "beta",
-    "epsilon",
-    "epsilon_high",
+# GRPOConfig fields that parameterise TRL's loss types
+LOSS_TYPE_FIELDS = (
     "delta",
     "sapo_temperature_pos",
     "sapo_temperature_neg",
@@ -64,6 +60,14 @@ TRL_FIELDS = (
     "vespo_lambda_pos",
     "vespo_k_neg",
     "vespo_lambda_neg",
+)
+# `algo` fields that are GRPOConfig fields of the same name and meaning
+TRL_FIELDS = (
+    "loss_type",
+    "beta",
+    "epsilon",
+    "epsilon_high",
+    *LOSS_TYPE_FIELDS,
     "off_policy_mask_threshold",
     "top_entropy_quantile",
     "entropy_coef",
