@@ -9,8 +9,8 @@ ranks (`POSTTRAIN_RUN_STAMP`, see `posttrain.dist`). Under a multi-task submitit
 launcher with `tasks_per_node > 1`) no launcher is needed: `posttrain.dist.export_submitit_env()` turns the job
 environment into the torch `env://` variables, so HF Trainer runs DDP across the tasks.
 
-Several machines: pass `hydra.run.dir=` yourself (each node's launcher starts at its own time); on CPU accelerate
-runs every config file as DDP over gloo (FSDP and DeepSpeed need GPUs).
+Several machines: pass `hydra.run.dir=` yourself (each node's launcher starts at its own time). On CPU processes only
+`ddp` runs (over gloo): accelerate would run an FSDP or DeepSpeed config as DDP there, so the launcher refuses them.
 """
 
 from __future__ import annotations
@@ -35,6 +35,13 @@ def accelerate_command(overrides: Sequence[str]) -> list[str]:
     if not config_file.is_file():
         available = ", ".join(sorted(p.stem for p in ACCELERATE_DIR.glob("*.yaml")))
         raise ValueError(f"hw.accelerate_config={name}: no {config_file} (available: {available})")
+    if cfg.hw.device == "cpu" and name != "ddp":
+        # accelerate 1.x leaves an FSDP or DeepSpeed config undistributed on CPU and HF Trainer then runs DDP over
+        # gloo: never a silent substitute for the engine asked for
+        raise ValueError(
+            f"hw.accelerate_config={name} does not run on CPU processes here (accelerate would run DDP instead): "
+            "use hw.accelerate_config=ddp, or a GPU profile"
+        )
     cmd = [
         sys.executable,
         "-m",

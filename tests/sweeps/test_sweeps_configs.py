@@ -215,3 +215,17 @@ def test_every_sweep_job_is_checked_before_the_first_starts(tmp_path):
         proc = run_cli("-m", *args, "trainer.max_steps=1", f"hydra.sweep.dir={sweep}")
         assert proc.returncode == 2 and proc.stderr.strip().splitlines() == [line], proc.stderr[-2000:]
         assert not sweep.exists()
+
+
+@pytest.mark.parametrize("config", ["fsdp2", "deepspeed_zero2", "deepspeed_zero3"])
+def test_a_sharded_engine_on_cpu_is_refused_not_run_as_ddp(config, capsys):
+    """On CPU accelerate leaves these configs undistributed and HF Trainer runs DDP: the launcher says so instead."""
+    from posttrain.launch import main
+
+    assert main(["--dry-run", "hw=cpu", "hw.num_devices=2", "hw.accelerate_config=ddp"]) == 0
+    capsys.readouterr()
+    assert main(["--dry-run", "hw=cpu", "hw.num_devices=2", f"hw.accelerate_config={config}"]) == 2
+    assert capsys.readouterr().err.strip().splitlines() == [
+        f"error: hw.accelerate_config={config} does not run on CPU processes here (accelerate would run DDP instead): "
+        "use hw.accelerate_config=ddp, or a GPU profile"
+    ]
