@@ -159,15 +159,16 @@ def eval_checkpoint(cfg, run_dir: Path) -> Path | None:
             raise CheckpointError(f"eval.checkpoint={which}: no such checkpoint directory")
         if not (path / COMPLETE_MARKER).is_file():
             raise CheckpointError(f"eval.checkpoint={which}: incomplete checkpoint (no {COMPLETE_MARKER})")
-    verify_checkpoint(path, identity(cfg))
+    verify_checkpoint(path, identity(cfg), resuming=False)
     return path
 
 
-def verify_checkpoint(path: str | Path, identity: dict | None = None) -> None:
+def verify_checkpoint(path: str | Path, identity: dict | None = None, resuming: bool = True) -> None:
     """Refuse, in one line, a checkpoint that is damaged or was written by another (model, algo, data) run.
 
     Every file its `MANIFEST.json` lists must be there with the size and sha256 it was saved with (a missing
-    adapter or optimizer state, or flipped bytes, is refused rather than resumed fresh); every safetensors file must
+    adapter or optimizer state, or flipped bytes, is refused rather than resumed fresh; without `resuming`, for an
+    evaluation or export, only the files present are checked); every safetensors file must
     parse and cover its whole file, every torch `.pt`/`.pth`/`.bin` must be a whole zip archive, every JSON file must
     parse; `run_identity.json` (copied into each checkpoint at save time, else
     the run dir's own) must match `identity` — a file is never "repaired" or skipped.
@@ -195,12 +196,12 @@ def verify_checkpoint(path: str | Path, identity: dict | None = None) -> None:
     if listed.is_file():  # written by posttrain at save time: every file there, whole and unchanged
         want, have = json.loads(listed.read_text()), manifest(path)
         missing = sorted(set(want) - set(have))
-        if missing:
+        if missing and resuming:  # scoring or exporting reads the weights only (a bundle may keep just those)
             raise CheckpointError(
                 f"checkpoint {path} lacks {', '.join(missing)} (listed in its {MANIFEST_FILE}): resume from another "
                 "checkpoint"
             )
-        changed = sorted(k for k in want if want[k] != have[k])
+        changed = sorted(k for k in want if k in have and want[k] != have[k])
         if changed:
             raise CheckpointError(
                 f"checkpoint {path}: {', '.join(changed)} changed since it was saved (sha256 differs from "
