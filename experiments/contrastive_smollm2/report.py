@@ -25,13 +25,14 @@ asr_by_family.png and layers.png). Intervals are 95% percentile bootstraps that 
 from __future__ import annotations
 
 import argparse
-import csv
 import json
 import re
 import sys
 from pathlib import Path
 
 from posttrain.algos.contrastive.stats import group_means, paired_difference
+from posttrain.analysis.tables import read_csv as _read_csv
+from posttrain.analysis.tables import write_csv as _write_csv
 
 HERE = Path(__file__).resolve().parent
 COMMAND = "python experiments/contrastive_smollm2/report.py"
@@ -107,18 +108,6 @@ def raw_runs(res: Path) -> dict[str, dict]:
 
 def _flag(value: object) -> str:
     return "" if value is None else str(int(bool(value)))
-
-
-def _write_csv(path: Path, header: tuple[str, ...] | list[str], rows: list[list]) -> None:
-    with path.open("w", newline="") as f:
-        writer = csv.writer(f, lineterminator="\n")
-        writer.writerow(header)
-        writer.writerows(rows)
-
-
-def _read_csv(path: Path) -> list[dict[str, str]]:
-    with path.open(newline="") as f:
-        return list(csv.DictReader(f))
 
 
 def collect(raw_dirs: list[Path], out: Path) -> list[Path]:

@@ -19,9 +19,14 @@ from __future__ import annotations
 
 import argparse
 import csv
+import functools
 import json
 import sys
 from pathlib import Path
+
+from posttrain.analysis.tables import read_csv
+
+_read_csv = functools.partial(read_csv, missing_ok=True)
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
@@ -36,13 +41,6 @@ PROBE = (
     "head_cos_benign_injected",
 )
 FIELDS = ("run", "source", "metric", "value")
-
-
-def _read_csv(path: Path) -> list[dict[str, str]]:
-    if not path.is_file():
-        return []
-    with path.open(newline="") as f:
-        return list(csv.DictReader(f))
 
 
 def _scalars(prefix: str, values: dict) -> list[tuple[str, float]]:

@@ -25,24 +25,22 @@ from __future__ import annotations
 
 import argparse
 import csv
+import functools
 import json
 import re
 import sys
 from decimal import ROUND_HALF_UP, Decimal
 from pathlib import Path
 
+from posttrain.analysis.tables import read_csv
+
+_read_csv = functools.partial(read_csv, missing_ok=True)
+
 HERE = Path(__file__).resolve().parent
 COMMAND = "python experiments/d2l_tiny/report.py"
 CONDITIONS = {"no_context": "no context", "in_context": "in context", "d2l": "D2L", "d2l_other_doc": "D2L, other doc"}
 METRICS = ("answer_loss", "exact_match", "rouge_l")
 DEFAULT_DOCS = 2000  # data.num_train of conf/data/d2l_synth.yaml: the label names other values only
-
-
-def _read_csv(path: Path) -> list[dict[str, str]]:
-    if not path.is_file():
-        return []
-    with path.open(newline="") as f:
-        return list(csv.DictReader(f))
 
 
 def _write_csv(path: Path, rows: list[dict], header: list[str] | None = None) -> None:

@@ -16,10 +16,13 @@ after training, training reward means and runtime, the constant-answer baseline)
 from __future__ import annotations
 
 import argparse
-import csv
 import json
 import sys
 from pathlib import Path
+
+from posttrain.analysis.tables import cell as _cell
+from posttrain.analysis.tables import read_csv as _read_csv
+from posttrain.analysis.tables import write_csv as _write_csv
 
 HERE = Path(__file__).resolve().parent
 COMMAND = "python experiments/grpo_arith/report.py"
@@ -34,26 +37,6 @@ STEP_COLUMNS = (
     "entropy",
     "kl",
 )
-
-
-def _cell(value: object) -> str:
-    if value is None:
-        return ""
-    if isinstance(value, float):
-        return str(int(value)) if value.is_integer() else repr(value)
-    return str(value)
-
-
-def _write_csv(path: Path, header: tuple[str, ...], rows: list[list]) -> None:
-    with path.open("w", newline="") as f:
-        writer = csv.writer(f, lineterminator="\n")
-        writer.writerow(header)
-        writer.writerows(rows)
-
-
-def _read_csv(path: Path) -> list[dict[str, str]]:
-    with path.open(newline="") as f:
-        return list(csv.DictReader(f))
 
 
 def collect(raw: Path, out: Path) -> list[Path]:

@@ -22,7 +22,6 @@ resampled: the CI covers the choice of problems, not the seed-to-seed spread (th
 from __future__ import annotations
 
 import argparse
-import csv
 import json
 import re
 import sys
@@ -32,6 +31,7 @@ import numpy as np
 import pandas as pd
 
 from posttrain.analysis import load_summaries
+from posttrain.analysis.tables import write_csv as _write_csv
 
 HERE = Path(__file__).resolve().parent
 COMMAND = "python experiments/grpo_smollm2/report.py"
@@ -103,13 +103,6 @@ def _question(prompt: list[dict]) -> str:
     text = prompt[-1]["content"]
     m = re.fullmatch(r"What is (.+)\? Answer with just the number\.", text)
     return m.group(1) if m else text
-
-
-def _write_csv(path: Path, header: tuple[str, ...], rows: list[list]) -> None:
-    with path.open("w", newline="") as f:
-        writer = csv.writer(f, lineterminator="\n")
-        writer.writerow(header)
-        writer.writerows(rows)
 
 
 def collect(raw: Path, out: Path) -> list[Path]:

@@ -23,12 +23,15 @@ for the file lists of SECTIONS into results/report.md, and draws PLOTS with `plo
 from __future__ import annotations
 
 import argparse
-import csv
 import importlib.util
 import json
 import re
 import sys
 from pathlib import Path
+
+from posttrain.analysis.tables import cell as _cell
+from posttrain.analysis.tables import read_csv as _read_csv
+from posttrain.analysis.tables import write_csv as _write_csv
 
 HERE = Path(__file__).resolve().parent
 _spec = importlib.util.spec_from_file_location("grpo_step_plot", HERE / "plot.py")
@@ -109,27 +112,6 @@ DPI = 80  # plot.py's default 110 made the two plots 126 kB
 
 
 # --- collect: the bench's output files -> the CSV tables ------------------------------------------------------------
-
-
-def _cell(value: object) -> str:
-    """A CSV cell: '' for a missing value, integers without '.0', other floats exactly (repr)."""
-    if value is None:
-        return ""
-    if isinstance(value, float):
-        return str(int(value)) if value.is_integer() else repr(value)
-    return str(value)
-
-
-def _write_csv(path: Path, header: tuple[str, ...], rows: list[list]) -> None:
-    with path.open("w", newline="") as f:
-        writer = csv.writer(f, lineterminator="\n")
-        writer.writerow(header)
-        writer.writerows(rows)
-
-
-def _read_csv(path: Path) -> list[dict[str, str]]:
-    with path.open(newline="") as f:
-        return list(csv.DictReader(f))
 
 
 def collect(raw: Path, out: Path) -> list[Path]:

@@ -23,10 +23,15 @@ from __future__ import annotations
 
 import argparse
 import csv
+import functools
 import json
 import sys
 from decimal import ROUND_HALF_UP, Decimal
 from pathlib import Path
+
+from posttrain.analysis.tables import read_csv
+
+_read_csv = functools.partial(read_csv, missing_ok=True)
 
 HERE = Path(__file__).resolve().parent
 COMMAND = "python experiments/kernels/report.py"
@@ -87,13 +92,6 @@ def _write_csv(path: Path, header: tuple[str, ...], rows: list[dict]) -> None:
         writer = csv.writer(f, lineterminator="\n")
         writer.writerow(header)
         writer.writerows([[_cell(row.get(k)) for k in header] for row in rows])
-
-
-def _read_csv(path: Path) -> list[dict[str, str]]:
-    if not path.is_file():
-        return []
-    with path.open(newline="") as f:
-        return list(csv.DictReader(f))
 
 
 def _files(paths: list[Path]) -> list[Path]:

@@ -23,21 +23,19 @@ from __future__ import annotations
 
 import argparse
 import csv
+import functools
 import json
 import sys
 from decimal import ROUND_HALF_UP, Decimal
 from pathlib import Path
 
+from posttrain.analysis.tables import read_csv
+
+_read_csv = functools.partial(read_csv, missing_ok=True)
+
 HERE = Path(__file__).resolve().parent
 COMMAND = "python experiments/memory_plan/report.py"
 RSS = ("case", "params_m", "trainable_m", "planned_gib", "measured_gib", "error", "source")
-
-
-def _read_csv(path: Path) -> list[dict[str, str]]:
-    if not path.is_file():
-        return []
-    with path.open(newline="") as f:
-        return list(csv.DictReader(f))
 
 
 def _fmt(value: object, digits: int, sign: str = "") -> str:
