@@ -68,7 +68,7 @@ def run_cli(*overrides: str, cwd: Path = ROOT, env: dict[str, str] | None = None
     """`python train.py <overrides>` in this interpreter (`posttrain.cli.main`: the one-line precheck, Hydra, `run`),
     run from `cwd`, as run_train's CompletedProcess. For end-to-end checks that need no fresh interpreter: a
     subprocess pays several seconds of imports per call. Output of loggers made before the call is not captured."""
-    from experiments.reliability.reliability_runner import run_cli_inprocess
+    from posttrain.cli_inprocess import run_cli_inprocess
 
     before = Path.cwd()
     os.chdir(cwd)

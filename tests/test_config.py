@@ -26,7 +26,7 @@ def test_default_composes_to_tiny_grpo_cpu():
         ("trainer.max_stepz=3", "max_stepz"),
         ("trainer.lr=-1", "trainer.lr"),
         ("kernels=nope", "kernels/nope"),
-        ("algo.loss_type=ppo", "algo.loss_type"),
+        ("algo.trl.loss_type=ppo", "algo.trl.loss_type"),
         ("trainer.per_device_batch_size=6", "num_generations"),
         ("algo.kl.estimator=k9", "algo.kl.estimator"),  # k2 trains: hw=cpu picks the fused kernel
     ],

@@ -14,7 +14,7 @@ from tests.conftest import run_cli
 TINY = (
     "trainer.max_steps=2",
     "trainer.per_device_batch_size=4",
-    "algo.num_generations=4",
+    "algo.trl.num_generations=4",
     "trainer.progress_bar=false",
 )
 

@@ -39,10 +39,10 @@ GPU_GRPO = (
     "algo=grpo",
     "trainer.max_steps=4",
     "trainer.per_device_batch_size=8",
-    "algo.num_generations=4",
+    "algo.trl.num_generations=4",
     "algo.max_prompt_length=128",
-    "algo.max_completion_length=64",
-    "data.heldout=0",
+    "algo.trl.max_completion_length=64",
+    "algo.heldout=0",
     "trainer.progress_bar=false",
 )
 # small batches: what a 2-core machine finishes in minutes; sequences long enough to pass the 128-token window
@@ -53,11 +53,11 @@ ARMS: dict[str, tuple[str, ...]] = {
         "algo=grpo",
         "trainer.max_steps=2",
         "trainer.per_device_batch_size=4",  # completions: 2 prompts x 2
-        "algo.num_generations=2",
+        "algo.trl.num_generations=2",
         "algo.max_prompt_length=64",
-        "algo.max_completion_length=16",
+        "algo.trl.max_completion_length=16",
         "algo.generation.backend=static_policy",  # decodes from the policy: no second copy of 12.8 GiB
-        "data.heldout=0",
+        "algo.heldout=0",
     ),
     "gpt_oss_20b_d2l": (
         *GPT_OSS_20B,
@@ -84,11 +84,11 @@ ARMS: dict[str, tuple[str, ...]] = {
         "algo=grpo",
         "trainer.max_steps=1",
         "trainer.per_device_batch_size=4",
-        "algo.num_generations=2",
+        "algo.trl.num_generations=2",
         "algo.max_prompt_length=64",
-        "algo.max_completion_length=16",
+        "algo.trl.max_completion_length=16",
         "algo.generation.backend=static_policy",
-        "data.heldout=0",
+        "algo.heldout=0",
     ),
 }
 FIELDS = (

@@ -21,7 +21,7 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
 CONDITIONS = {
     "math": [],
-    "math+format": ["data.rewards=[{name: math, weight: 1.0}, {name: numeric_answer, weight: 0.5}]"],
+    "math+format": ["algo.rewards=[{name: math, weight: 1.0}, {name: numeric_answer, weight: 0.5}]"],
 }
 
 

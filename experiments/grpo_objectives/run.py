@@ -24,7 +24,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 RESULTS = Path(__file__).resolve().parent / "results"
 DIGITS = (
-    "data.rewards=[{name:math,weight:1.0,kwargs:{last_number:true}},{name:digit_match,weight:0.5},"
+    "algo.rewards=[{name:math,weight:1.0,kwargs:{last_number:true}},{name:digit_match,weight:0.5},"
     "{name:numeric_answer,weight:0.0}]"
 )
 OLD = "trainer.lr=5e-4"  # the preset's lr before this experiment: the single-change arms ran on it
@@ -86,13 +86,13 @@ ARMS: dict[str, list[str]] = {
     "bf16_copy": [OLD, "algo.generation.backend=bf16_copy"],
     "bf16_copy_corrected": [OLD, "algo.generation.backend=bf16_copy", "algo.sampler_correction=true"],
     "dynamic_sampling": [OLD, "algo.dynamic_sampling.enabled=true"],
-    "dapo": [OLD, "algo.loss_type=dapo"],
-    "cispo": [OLD, "algo.loss_type=cispo", "algo.epsilon_high=5.0"],  # ScaleRL's recommended cap (TRL's docs)
-    "sapo": [OLD, "algo.loss_type=sapo"],
+    "dapo": [OLD, "algo.trl.loss_type=dapo"],
+    "cispo": [OLD, "algo.trl.loss_type=cispo", "algo.trl.epsilon_high=5.0"],  # ScaleRL's recommended cap (TRL's docs)
+    "sapo": [OLD, "algo.trl.loss_type=sapo"],
     # not in the issue's list: how far the preset goes with twice the steps, and with twice the group size
     "steps120": [OLD, "trainer.max_steps=120"],
-    "gen8": [OLD, "algo.num_generations=8", "trainer.per_device_batch_size=16"],
-    "gen8_lr2e-4": ["algo.num_generations=8", "trainer.per_device_batch_size=16"],  # today's preset, 8 per group
+    "gen8": [OLD, "algo.trl.num_generations=8", "trainer.per_device_batch_size=16"],
+    "gen8_lr2e-4": ["algo.trl.num_generations=8", "trainer.per_device_batch_size=16"],  # today's preset, 8 per group
     "rank64": ["model.lora.r=64", "model.lora.alpha=128"],  # today's preset, 4x the LoRA rank (same alpha / r)
     "lr2e-4_steps120": ["trainer.lr=2e-4", "trainer.max_steps=120"],
     "lr2e-4_dynamic_sampling": ["trainer.lr=2e-4", "algo.dynamic_sampling.enabled=true"],
@@ -139,20 +139,20 @@ ARMS: dict[str, list[str]] = {
         "algo.dynamic_sampling.max_rounds=2",
     ],
     # today's preset sampling subtraction more widely: dynamic sampling keeps only the groups where one sample is right
-    "today_temp0.9": [*TODAY, "algo.generation.temperature=0.9"],
-    "today_temp1.0": [*TODAY, "algo.generation.temperature=1.0"],
+    "today_temp0.9": [*TODAY, "algo.trl.temperature=0.9"],
+    "today_temp1.0": [*TODAY, "algo.trl.temperature=1.0"],
     # today's preset with 8 samples of one prompt per step instead of 4 of two (same step cost): more groups where a
     # hard subtraction is solved once
-    "today_gen8": [*TODAY, "algo.num_generations=8"],
+    "today_gen8": [*TODAY, "algo.trl.num_generations=8"],
     "today_lr3e-4": [*TODAY, "trainer.lr=3e-4"],
     # the policy's entropy falls from 0.99 to 0.1-0.2 by step 50, after which most groups agree (no gradient): keep
     # it up with Skywork-OR1's adaptive entropy bonus, or take larger steps early and small ones late
-    "today_entropy0.3": [*TODAY, "algo.use_adaptive_entropy=true", "algo.entropy_target=0.3"],
+    "today_entropy0.3": [*TODAY, "algo.trl.use_adaptive_entropy=true", "algo.trl.entropy_target=0.3"],
     "today_cosine_lr4e-4": [*TODAY, "trainer.lr=4e-4", "trainer.lr_scheduler=cosine", "trainer.warmup_steps=5"],
     "today_cosine_lr6e-4": [*TODAY, "trainer.lr=6e-4", "trainer.lr_scheduler=cosine", "trainer.warmup_steps=5"],
     # each rollout batch taken for two optimizer steps (TRL's num_iterations; max_steps counts optimizer steps): 60
     # rollouts and 120 updates at about today's cost, the clip now binding on the second pass
-    "today_iter2_steps120": [*TODAY[:-1], "trainer.max_steps=120", "algo.num_iterations=2"],
+    "today_iter2_steps120": [*TODAY[:-1], "trainer.max_steps=120", "algo.trl.num_iterations=2"],
     # more subtraction among the training prompts (a third by default; the held-out mix is unchanged)
     "today_sub0.5": [*TODAY, "++data.params.train_op_share=[0.5,0.5]"],
     "today_sub0.67": [*TODAY, "++data.params.train_op_share=[0.33,0.67]"],
@@ -198,7 +198,7 @@ ARMS: dict[str, list[str]] = {
     # with trainable MLPs subtraction moves (seed 0: 0.28): give it half the training prompts (a third by default)
     "p_all_linear_lr2e-4_sub0.5": [*ALL_LINEAR, "++data.params.train_op_share=[0.5,0.5]"],
     # sampling at temperature 1.0 (0.7 in the preset): more varied answers to subtraction, which the MLPs can now learn
-    "p_all_linear_lr2e-4_temp1.0": [*ALL_LINEAR, "algo.generation.temperature=1.0"],
+    "p_all_linear_lr2e-4_temp1.0": [*ALL_LINEAR, "algo.trl.temperature=1.0"],
     # today's preset at the two threads make train uses on this machine (run alone: --jobs 1); bf16 runs part with the
     # thread count (results: the `make train ARGS="seed=S ..."` runs of 2026-11-26, the same overrides)
     "p_all_linear_lr2e-4_threads2": [*ALL_LINEAR, "hw.threads=2"],

@@ -54,8 +54,8 @@ COMMON = [
     "model.arch.vocab_size=32000",
     "model.arch.max_position_embeddings=1024",
     "algo.max_prompt_length=64",
-    "algo.max_completion_length=64",
-    "algo.num_generations=8",
+    "algo.trl.max_completion_length=64",
+    "algo.trl.num_generations=8",
     "trainer.per_device_batch_size=16",
     "trainer.max_steps=2",
     "trainer.save_steps=0",
@@ -73,7 +73,7 @@ def overrides(size: str, lora: bool) -> list[str]:
     arch = [f"model.arch.{k}={v}" for k, v in SIZES[size].items()]
     # full fine-tuning with beta=0: TRL 1.16 re-creates a reference model from the hub id when beta > 0 and no
     # PEFT is used, which the offline random models don't have
-    return COMMON + arch + [f"model.lora.enabled={str(lora).lower()}"] + ([] if lora else ["algo.beta=0"])
+    return COMMON + arch + [f"model.lora.enabled={str(lora).lower()}"] + ([] if lora else ["algo.trl.beta=0"])
 
 
 def planned(args: list[str]) -> dict:

@@ -156,20 +156,26 @@ CASES: list[Case] = [
     Case(
         "num_generations_divide",
         "num_generations not dividing the batch",
-        ("algo.num_generations=3",),
-        r"algo\.num_generations=3 must divide the generation batch",
+        ("algo.trl.num_generations=3",),
+        r"algo\.trl\.num_generations=3 must divide the generation batch",
     ),
     Case(
         "num_generations_one",
         "one generation per prompt (no group)",
-        ("algo.num_generations=1",),
+        ("algo.trl.num_generations=1",),
         r"num_generations=1 must be >= 2",
     ),
-    Case("bad_loss_type", "unknown GRPO loss type", ("algo.loss_type=ppo",), r"algo\.loss_type='ppo' is not one of"),
+    Case(
+        "bad_loss_type",
+        "unknown GRPO loss type",
+        ("algo.trl.loss_type=ppo",),
+        r"algo\.trl\.loss_type='ppo' is not one of",
+    ),
     Case(
         "kernel_cannot_feed_the_loss",
         "kernel without the entropy gradient the loss needs",
-        ("kernels=fused", "algo.entropy_coef=0.01"),  # without kernels=fused, hw=cpu's GRPO default gives way to trl
+        # without kernels=fused, hw=cpu's GRPO default gives way to trl
+        ("kernels=fused", "algo.trl.entropy_coef=0.01"),
         r"kernels=fused: the entropy bonus \(entropy_coef\) needs an entropy gradient",
     ),
     Case(
@@ -196,8 +202,8 @@ CASES: list[Case] = [
     Case(
         "beta_nan",
         "NaN KL coefficient",
-        ("algo.beta=nan",),
-        r"algo\.beta=nan must be a finite number",
+        ("algo.trl.beta=nan",),
+        r"algo\.trl\.beta=nan must be a finite number",
         writes_nothing=True,
     ),
     Case(
@@ -391,22 +397,22 @@ CASES: list[Case] = [
     Case(
         "reward_raises",
         "reward function raising",
-        ("data.rewards=[{name: test_raising}]",),
+        ("algo.rewards=[{name: test_raising}]",),
         r"reward 'test_raising' raised ValueError: cannot parse completion",
         plugin=True,
     ),
     Case(
         "reward_wrong_length",
         "reward returning the wrong number of values",
-        ("data.rewards=[{name: test_short}]",),
+        ("algo.rewards=[{name: test_short}]",),
         r"reward 'test_short' returned 3 values for 4 completions",
         plugin=True,
     ),
-    Case("unknown_reward", "unknown reward name", ("data.rewards=[{name: nope}]",), r"unknown reward 'nope'"),
+    Case("unknown_reward", "unknown reward name", ("algo.rewards=[{name: nope}]",), r"unknown reward 'nope'"),
     Case(
         "reward_bad_kwarg",
         "reward option it does not take",
-        ("data.rewards=[{name: length_to_cap, kwargs: {cop: 3}}]",),
+        ("algo.rewards=[{name: length_to_cap, kwargs: {cop: 3}}]",),
         r"unknown kwargs \['cop'\]",
     ),
     Case(

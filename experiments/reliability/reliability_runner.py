@@ -5,17 +5,13 @@ Used by cases.py (the case list and the README table) and tests/reliability/test
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
-import io
-import logging
 import os
 import re
 import shutil
 import subprocess
 import sys
 import time
-import traceback
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -28,10 +24,10 @@ PLUGIN_DIR = HERE / "plugin"
 FAST = (
     "trainer.max_steps=2",
     "trainer.per_device_batch_size=4",
-    "algo.num_generations=2",
+    "algo.trl.num_generations=2",
     "trainer.progress_bar=false",
     "data.num_train=8",
-    "algo.max_completion_length=4",
+    "algo.trl.max_completion_length=4",
 )
 CONTRASTIVE = (
     "algo=contrastive",
@@ -136,54 +132,22 @@ def _run_subprocess(argv: list[str], env: dict[str, str]) -> tuple[int, str, str
 
 
 def run_cli_inprocess(argv: list[str], env: dict[str, str] | None = None) -> tuple[int, str, str]:
-    """`python train.py argv` inside this interpreter: (exit code, stdout, stderr). Output of loggers created
-    before the call is not captured, so a subprocess is the stricter check."""
-    from hydra.core.global_hydra import GlobalHydra
-
-    import posttrain.cli as cli
+    """`posttrain.cli_inprocess.run_cli_inprocess`, with the reward plugin imported where the case's PYTHONPATH
+    names it (a subprocess's sitecustomize.py does that); its rewards do not outlive the call."""
+    from posttrain.cli_inprocess import run_cli_inprocess as run
     from posttrain.rewards import REWARDS
 
-    env = dict(env or {})
-    saved_rewards = dict(REWARDS)  # the plugin's broken rewards must not outlive the case
-    if PLUGIN_DIR.as_posix() in env.get("PYTHONPATH", ""):
+    saved = dict(REWARDS)
+    if PLUGIN_DIR.as_posix() in (env or {}).get("PYTHONPATH", ""):
         if str(PLUGIN_DIR) not in sys.path:
             sys.path.insert(0, str(PLUGIN_DIR))
         import reliability_rewards  # noqa: F401
-    saved_env = {k: os.environ.get(k) for k in env}
-    os.environ.update({k: v for k, v in env.items() if k != "PYTHONPATH"})
-    saved_argv, out, err, rc = sys.argv, io.StringIO(), io.StringIO(), 0
-    root = logging.getLogger()
-    saved_logging = (root.handlers[:], root.level)  # Hydra's job logging reconfigures the root logger
-    sys.argv = [str(ROOT / "train.py"), *argv]
     try:
-        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-            try:
-                cli.main()
-            except SystemExit as ex:
-                rc = ex.code if isinstance(ex.code, int) else (0 if ex.code is None else 1)
-            except BaseException:
-                traceback.print_exc()
-                rc = 1
+        return run(argv, env)
     finally:
-        sys.argv = saved_argv
-        REWARDS.clear()
-        REWARDS.update(saved_rewards)
         sys.modules.pop("reliability_rewards", None)
-        GlobalHydra.instance().clear()
-        for handler in root.handlers[:]:
-            if handler not in saved_logging[0]:
-                root.removeHandler(handler)
-                handler.close()
-        root.handlers[:] = saved_logging[0]
-        root.setLevel(saved_logging[1])
-        for k, v in saved_env.items():
-            if k == "PYTHONPATH":
-                continue
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
-    return rc, out.getvalue(), err.getvalue()
+        REWARDS.clear()
+        REWARDS.update(saved)
 
 
 def make_good_checkpoint(work: Path, inprocess: bool = False) -> Path:

@@ -12,10 +12,10 @@ from tests.conftest import run_cli
 
 SWEEP_OVERRIDES = (
     "-m",
-    "algo.beta=0.0,0.04",
+    "algo.trl.beta=0.0,0.04",
     "seed=1,2",
     "trainer.max_steps=3",
-    "algo.num_generations=2",
+    "algo.trl.num_generations=2",
     "trainer.per_device_batch_size=4",
     "trainer.progress_bar=false",
 )
@@ -24,7 +24,7 @@ MAX_STEPS = 3
 
 @pytest.fixture(scope="session")
 def sweep_2x2(tmp_path_factory):
-    """`python train.py -m algo.beta=0.0,0.04 seed=1,2 ...` run from a scratch dir (in this interpreter: Hydra's
+    """`python train.py -m algo.trl.beta=0.0,0.04 seed=1,2 ...` run from a scratch dir (in this interpreter: Hydra's
     basic launcher runs the 4 jobs in turn); returns the sweep directory."""
     root = tmp_path_factory.getbasetemp()
     if os.environ.get("PYTEST_XDIST_WORKER"):  # the workers' temp dirs share this parent: one sweep for all

@@ -27,7 +27,7 @@ def _fake_run(path: Path, overrides: list[str], rewards: list[float] | None, sum
 
 
 def test_parse_override_types_and_skips():
-    assert parse_override("algo.beta=0.04") == ("algo.beta", 0.04)
+    assert parse_override("algo.trl.beta=0.04") == ("algo.trl.beta", 0.04)
     assert parse_override("seed=2") == ("seed", 2)
     assert parse_override("model=tiny_llama") == ("model", "tiny_llama")
     assert parse_override("+trainer.extra=true") == ("trainer.extra", True)
@@ -38,16 +38,16 @@ def test_parse_override_types_and_skips():
 
 
 def test_load_runs_on_a_fake_multirun(tmp_path):
-    _fake_run(tmp_path / "0_a", ["algo.beta=0.0", "seed=1", "model=tiny_llama"], [0.1, 0.2])
-    _fake_run(tmp_path / "1_b", ["algo.beta=0.04", "seed=1", "model=tiny_llama"], [0.3, 0.5, 0.7])
-    _fake_run(tmp_path / "2_c", ["algo.beta=0.04", "seed=2", "model=tiny_llama"], None)  # died before step 1
+    _fake_run(tmp_path / "0_a", ["algo.trl.beta=0.0", "seed=1", "model=tiny_llama"], [0.1, 0.2])
+    _fake_run(tmp_path / "1_b", ["algo.trl.beta=0.04", "seed=1", "model=tiny_llama"], [0.3, 0.5, 0.7])
+    _fake_run(tmp_path / "2_c", ["algo.trl.beta=0.04", "seed=2", "model=tiny_llama"], None)  # died before step 1
     (tmp_path / "multirun.yaml").write_text("{}")
 
     assert [p.name for p in find_runs(tmp_path)] == ["0_a", "1_b", "2_c"]
     df = load_runs(tmp_path)
     assert df.groupby("run").size().to_dict() == {"0_a": 2, "1_b": 3, "2_c": 1}
-    assert df.attrs["swept"] == ["algo.beta", "seed"]  # model is the same everywhere
-    assert df["algo.beta"].dtype.kind == "f" and df["seed"].dtype.kind == "i"
+    assert df.attrs["swept"] == ["algo.trl.beta", "seed"]  # model is the same everywhere
+    assert df["algo.trl.beta"].dtype.kind == "f" and df["seed"].dtype.kind == "i"
     b = df[df["run"] == "1_b"]
     assert b["reward"].tolist() == [0.3, 0.5, 0.7] and b["step"].tolist() == [1, 2, 3]
     assert math.isnan(df[df["run"] == "2_c"]["step"].iloc[0])
@@ -85,13 +85,13 @@ def test_multirun_2x2_gives_4_runs_with_swept_columns(sweep_2x2):
 
     df = load_runs(sweep_2x2)
     assert df["run"].nunique() == 4
-    assert set(df.attrs["swept"]) == {"algo.beta", "seed"}
-    members = set(df.groupby("run")[["algo.beta", "seed"]].first().itertuples(index=False, name=None))
+    assert set(df.attrs["swept"]) == {"algo.trl.beta", "seed"}
+    members = set(df.groupby("run")[["algo.trl.beta", "seed"]].first().itertuples(index=False, name=None))
     assert members == {(0.0, 1), (0.0, 2), (0.04, 1), (0.04, 2)}
     assert (df.groupby("run")["step"].max() == MAX_STEPS).all()
     assert df["reward"].between(0, 1).all()
     # KL is logged only where there is a reference model (beta > 0)
-    assert df[df["algo.beta"] == 0.04]["kl"].notna().all()
+    assert df[df["algo.trl.beta"] == 0.04]["kl"].notna().all()
 
     s = load_summaries(sweep_2x2)
     for _, row in s.iterrows():  # the objective returned to the sweeper is the mean reward of the last 5 steps

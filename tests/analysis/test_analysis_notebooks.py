@@ -40,7 +40,7 @@ def test_sweep_analysis_notebook(sweep_2x2, tmp_path, monkeypatch):
     _execute("sweep_analysis.ipynb", tmp_path)
     _assert_pngs(tmp_path / "fig", ["sweep_reward_kl.png", "sweep_objective.png", "sweep_other_metrics.png"])
     table = pd.read_csv(tmp_path / "fig" / "sweep_summary.csv")
-    assert len(table) == 4 and sorted(table["algo.beta"].unique()) == [0.0, 0.04]
+    assert len(table) == 4 and sorted(table["algo.trl.beta"].unique()) == [0.0, 0.04]
     assert table["objective"].between(0, 1).all()
 
 

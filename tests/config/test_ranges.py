@@ -13,13 +13,23 @@ import typing
 import pytest
 from omegaconf import MISSING, OmegaConf
 
-from experiments.reliability.reliability_runner import FAST, run_cli_inprocess
 from posttrain.algos.registry import algorithms
+from posttrain.cli_inprocess import run_cli_inprocess
 from posttrain.config.compose import load_config
 from posttrain.config.fields import check_declared, config_fields, declaration
 from posttrain.config.ranges import Free, PathKind, Range
 from posttrain.config.validate import ConfigError
 from tests.conftest import ROOT
+
+# a tiny, quick GRPO run
+FAST = (
+    "trainer.max_steps=2",
+    "trainer.per_device_batch_size=4",
+    "algo.trl.num_generations=2",
+    "trainer.progress_bar=false",
+    "data.num_train=8",
+    "algo.trl.max_completion_length=4",
+)
 
 ALGOS = {
     "grpo": ["algo=grpo"],
@@ -78,10 +88,10 @@ def every_field() -> list[tuple[str, str, dataclasses.Field, typing.Any]]:
 def test_every_numeric_and_path_field_of_every_schema_declares_its_values():
     fields = every_field()
     keys = {key for _, key, _, _ in fields}
-    assert {"model.lora.r", "algo.generation.top_p", "algo.kl.beta_max", "algo.aggregator.num_heads"} <= keys
+    assert {"model.lora.r", "algo.trl.top_p", "algo.kl.beta_max", "algo.aggregator.num_heads"} <= keys
     assert {
         "algo.encoder.max_chunks",
-        "algo.generation.vllm_gpu_memory_utilization",
+        "algo.trl.vllm_gpu_memory_utilization",
         "trainer.max_grad_norm",
         "seed",
     } <= keys
@@ -165,10 +175,10 @@ def test_range_wording():
 @pytest.mark.parametrize(
     "override, line",
     [
-        ("algo.generation.top_p=2", "algo.generation.top_p=2.0 must be in (0, 1]"),
-        ("algo.generation.top_p=0", "algo.generation.top_p=0.0 must be in (0, 1]"),
-        ("algo.generation.temperature=0", "algo.generation.temperature=0.0 must be > 0"),
-        ("algo.generation.top_k=-1", "algo.generation.top_k=-1 must be >= 0 (0: off)"),
+        ("algo.trl.top_p=2", "algo.trl.top_p=2.0 must be in (0, 1]"),
+        ("algo.trl.top_p=0", "algo.trl.top_p=0.0 must be in (0, 1]"),
+        ("algo.trl.temperature=0", "algo.trl.temperature=0.0 must be > 0"),
+        ("algo.trl.top_k=-1", "algo.trl.top_k=-1 must be >= 0 (0: off)"),
         ("model.lora.dropout=1", "model.lora.dropout=1.0 must be in [0, 1)"),
         ("algo.kl.target=0", "algo.kl.target=0.0 must be > 0 (or null: fixed beta)"),
         ("seed=-1", "seed=-1 must be in [0, 4294967295]"),
@@ -179,7 +189,7 @@ def test_library_ranges_at_compose(override, line):
     with pytest.raises(ConfigError) as err:
         load_config([override])
     assert str(err.value) == line
-    load_config(["algo.generation.top_p=1", "algo.kl.target=null", "trainer.save_total_limit=null", "seed=0"])
+    load_config(["algo.trl.top_p=1", "algo.kl.target=null", "trainer.save_total_limit=null", "seed=0"])
 
 
 # -- paths ---------------------------------------------------------------------------------------------------------
@@ -244,9 +254,9 @@ def test_cache_root_that_is_a_file(tmp_path, monkeypatch):
     "args, env, line",
     [
         (["model.lora.r=0"], {}, "error: model.lora.r=0 must be > 0"),
-        (["algo.generation.temperature=-1"], {}, "error: algo.generation.temperature=-1.0 must be > 0"),
-        (["algo.generation.top_p=2"], {}, "error: algo.generation.top_p=2.0 must be in (0, 1]"),
-        (["algo.epsilon=-0.2"], {}, "error: algo.epsilon=-0.2 must be >= 0"),
+        (["algo.trl.temperature=-1"], {}, "error: algo.trl.temperature=-1.0 must be > 0"),
+        (["algo.trl.top_p=2"], {}, "error: algo.trl.top_p=2.0 must be in (0, 1]"),
+        (["algo.trl.epsilon=-0.2"], {}, "error: algo.trl.epsilon=-0.2 must be >= 0"),
         (
             ["model=smollm2_135m"],  # fetched once into the cache: the first thing its load does
             {"POSTTRAIN_CACHE": "{tmp}/cache_file"},

@@ -55,7 +55,7 @@ def test_llama_1b_grpo_fits_rtx4090(compose):
 
 def test_suggestion_is_a_working_change(compose):
     """Full fine-tuning of Llama-3.1-8B on one A100-40GB: the suggested overrides must themselves fit."""
-    base = ("model=llama3_1_8b", "hw=a100_40gb", "model.lora.enabled=false", "algo.beta=0")
+    base = ("model=llama3_1_8b", "hw=a100_40gb", "model.lora.enabled=false", "algo.trl.beta=0")
     s = _summary(compose, *base)
     assert not s["fits"] and s["suggestion"].startswith("try: ")
     overrides = s["suggestion"].removeprefix("try: ").split(" (peak")[0].split()
@@ -67,7 +67,7 @@ def test_suggestion_is_a_working_change(compose):
 def test_suggested_kernel_is_fused(compose, hw):
     """Logits that do not fit: the suggestion is our `fused` kernel, on GPU and CPU profiles alike; the change alone
     makes the plan fit."""
-    base = ("model=llama3_2_1b", f"hw={hw}", "kernels=eager", "algo.max_completion_length=2048", "hw.device_gib=24")
+    base = ("model=llama3_2_1b", f"hw={hw}", "kernels=eager", "algo.trl.max_completion_length=2048", "hw.device_gib=24")
     s = _summary(compose, *base)
     assert not s["fits"] and s["suggestion"].startswith("try: kernels=fused ")
     overrides = s["suggestion"].removeprefix("try: ").split(" (peak")[0].split()
@@ -154,10 +154,10 @@ def test_grpo_prompt_length_is_the_datas_longest(compose):
     w = get_algorithm("grpo").workload(cfg)
     tok = build_byte_tokenizer("llama", "llama3.jinja")
     longest = max(prompt_length(tok, p) for p in length_prompts(cfg.data.num_train, seed=cfg.data.seed)["prompt"])
-    assert w.seq_len == longest + cfg.algo.max_completion_length and longest < cfg.algo.max_prompt_length
-    assert w.logit_tokens == cfg.algo.max_completion_length
+    assert w.seq_len == longest + cfg.algo.trl.max_completion_length and longest < cfg.algo.max_prompt_length
+    assert w.logit_tokens == cfg.algo.trl.max_completion_length
     hub = get_algorithm("grpo").workload(compose("model=llama3_2_1b", "hw=h200", "data=gsm8k"))
-    assert hub.seq_len == cfg.algo.max_prompt_length + cfg.algo.max_completion_length
+    assert hub.seq_len == cfg.algo.max_prompt_length + cfg.algo.trl.max_completion_length
 
 
 def test_activation_terms(compose):
@@ -166,8 +166,8 @@ def test_activation_terms(compose):
     gc = plan(compose("model=llama3_2_3b", "hw=a100", "model.gradient_checkpointing=true"))
     assert _item(gc, "activations") < _item(base, "activations") / 4
     cfg = compose(*off)
-    prompt, completion = cfg.algo.max_prompt_length, cfg.algo.max_completion_length
-    longer = plan(compose(*off, f"algo.max_completion_length={completion + 128}"))
+    prompt, completion = cfg.algo.max_prompt_length, cfg.algo.trl.max_completion_length
+    longer = plan(compose(*off, f"algo.trl.max_completion_length={completion + 128}"))
     ratio = (prompt + completion + 128) / (prompt + completion)
     assert _item(longer, "activations") == pytest.approx(_item(base, "activations") * ratio, rel=0.01)
 
@@ -175,10 +175,10 @@ def test_activation_terms(compose):
 def test_logits_depend_on_kernels(compose):
     from posttrain.hardware.tensor_bytes import arch, dtypes, head_bytes
 
-    long = ("model=gpt_oss", "hw=h200", "algo.max_completion_length=256")
+    long = ("model=gpt_oss", "hw=h200", "algo.trl.max_completion_length=256")
     eager = plan(compose(*long, "kernels=eager"))
     cfg = compose(*long)
-    n = cfg.trainer.per_device_batch_size * cfg.algo.max_completion_length  # completions x completion tokens
+    n = cfg.trainer.per_device_batch_size * cfg.algo.trl.max_completion_length  # completions x completion tokens
     assert eager.extra["train_moment"] == "the loss's backward"
     assert _item(eager, "logits") >= n * 201088 * 4  # at least one fp32 [tokens, V]
     for backend in ("trl", "chunked", "fused"):
@@ -198,9 +198,9 @@ def test_logits_depend_on_kernels(compose):
 
 
 def test_reference_copy_only_for_full_finetune_with_kl(compose):
-    lora = plan(compose("model=llama3_2_1b", "hw=a100", "algo.beta=0.04"))
-    full = plan(compose("model=llama3_2_1b", "hw=a100", "algo.beta=0.04", "model.lora.enabled=false"))
-    no_kl = plan(compose("model=llama3_2_1b", "hw=a100", "algo.beta=0", "model.lora.enabled=false"))
+    lora = plan(compose("model=llama3_2_1b", "hw=a100", "algo.trl.beta=0.04"))
+    full = plan(compose("model=llama3_2_1b", "hw=a100", "algo.trl.beta=0.04", "model.lora.enabled=false"))
+    no_kl = plan(compose("model=llama3_2_1b", "hw=a100", "algo.trl.beta=0", "model.lora.enabled=false"))
     names = lambda p: {i.name for i in p.items}
     assert "reference model" not in names(lora) and "reference model" not in names(no_kl)
     # bf16 copy, its tied embedding / output projection cast to fp32 by TRL (cast_lm_head_to_fp32)
@@ -226,7 +226,7 @@ def test_static_rollout_keeps_a_copy_and_a_static_cache(compose):
     # the merged copy in the profile's dtype (bf16), no packing on CUDA; a StaticCache of max_prompt_length +
     # max_completion_length positions for the whole rollout, every layer, K and V (8 kv heads x 64, bf16)
     assert _item(static, "rollout copy") == pytest.approx(1.2358144e9 * 2)
-    positions = cfg.algo.max_prompt_length + cfg.algo.max_completion_length
+    positions = cfg.algo.max_prompt_length + cfg.algo.trl.max_completion_length
     assert _item(static, "static KV cache") == pytest.approx(16 * positions * 16 * 2 * 512 * 2)
     assert "KV cache" not in {i.name for i in static.items}  # generation writes into the static one
 
@@ -248,7 +248,7 @@ def test_weights_quantization_and_optimizer(compose):
 def test_generation_kv_cache_and_vllm(compose):
     args = ("model=gpt_oss", "hw=h200", "trainer.grad_accum=2", "trainer.per_device_batch_size=16")
     cfg = compose(*args)
-    seq = cfg.algo.max_prompt_length + cfg.algo.max_completion_length
+    seq = cfg.algo.max_prompt_length + cfg.algo.trl.max_completion_length
     hf = plan(cfg)
     a = 2 * 8 * 64 * 2  # K and V, 8 kv heads x 64, bf16
     sliding, full = 12 * min(seq, 128), 12 * seq  # sliding layers keep the 128-token window

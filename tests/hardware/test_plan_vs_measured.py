@@ -86,7 +86,7 @@ def _check(planned: float, measured: float, tolerance: float = TOLERANCE) -> Non
 
 @pytest.mark.parametrize(
     "overrides",
-    [("model.lora.enabled=true", "kernels=trl", "algo.beta=0.04"), ("model.lora.enabled=false", "kernels=fused")],
+    [("model.lora.enabled=true", "kernels=trl", "algo.trl.beta=0.04"), ("model.lora.enabled=false", "kernels=fused")],
     ids=["lora-trl-head", "full-fused"],
 )
 def test_grpo_step_and_rollout(compose, tmp_path, monkeypatch, overrides):
@@ -98,10 +98,10 @@ def test_grpo_step_and_rollout(compose, tmp_path, monkeypatch, overrides):
         "data.num_train=16",
         "algo.generation.backend=hf",
         "trainer.per_device_batch_size=8",
-        "algo.num_generations=4",
-        "algo.max_completion_length=16",
+        "algo.trl.num_generations=4",
+        "algo.trl.max_completion_length=16",
         *overrides,
-        *(("algo.beta=0",) if full else ()),
+        *(("algo.trl.beta=0",) if full else ()),
     )
     cfg, trainer = _trainer(compose, tmp_path, *args)
     batch = next(iter(trainer.get_train_dataloader()))
@@ -111,7 +111,7 @@ def test_grpo_step_and_rollout(compose, tmp_path, monkeypatch, overrides):
     measured = _step_peak(trainer, batch)
     prompt, completion = inputs["prompt_ids"].shape[1], inputs["completion_ids"].shape[1]
     monkeypatch.setattr(grpo, "_longest_prompt", lambda _cfg: prompt)
-    cfg.algo.max_completion_length = completion
+    cfg.algo.trl.max_completion_length = completion
     result = plan(cfg)
     _check(result.phase_bytes("train"), measured)
     _check(max(result.phase_bytes("score"), result.phase_bytes("generate")), rollout.peak)

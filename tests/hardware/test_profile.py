@@ -198,19 +198,25 @@ def test_batch_default_unless_given(compose):
     apply_profile(given, overrides={"trainer.per_device_batch_size"})
     assert given.trainer.per_device_batch_size == 24
     # GRPO counts completions: whole groups of num_generations per generation round
-    odd = compose("hw=rtx4090", "algo.num_generations=6", "trainer.per_device_batch_size=12")
+    odd = compose("hw=rtx4090", "algo.trl.num_generations=6", "trainer.per_device_batch_size=12")
     apply_profile(odd, overrides=set())
     assert odd.trainer.per_device_batch_size == 12  # 8 rounded up to a multiple of 6
     assert compose("hw=cpu").trainer.per_device_batch_size == 16  # cpu keeps the trainer's
 
 
-def test_vllm_mode(compose):
-    cfg = compose("hw=h200", "algo.generation.vllm_mode=server")
-    apply_profile(cfg, overrides=set())
-    assert cfg.algo.generation.vllm_mode == "colocate"
-    kept = compose("hw=h200", "algo.generation.vllm_mode=server")
-    apply_profile(kept, overrides={"algo.generation.vllm_mode"})
-    assert kept.algo.generation.vllm_mode == "server"
+def test_vllm_mode_and_share_are_trls_on_every_profile(compose):
+    """No profile decides vLLM's mode or memory share: TRL's defaults, or the command line's value, stay."""
+    from trl import GRPOConfig
+
+    fields = GRPOConfig.__dataclass_fields__
+    for hw in ("h200", "a100", "rtx4090", "cpu"):
+        cfg = compose(f"hw={hw}")
+        apply_profile(cfg, overrides=set())
+        assert cfg.algo.trl.vllm_mode == fields["vllm_mode"].default == "colocate", hw
+        assert cfg.algo.trl.vllm_gpu_memory_utilization == fields["vllm_gpu_memory_utilization"].default, hw
+    kept = compose("hw=h200", "algo.trl.vllm_mode=server")
+    apply_profile(kept, overrides=set())
+    assert kept.algo.trl.vllm_mode == "server"
 
 
 def test_tpu_prefers_pallas_unless_chosen(compose):

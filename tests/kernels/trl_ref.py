@@ -19,7 +19,6 @@ from trl import GRPOConfig, GRPOTrainer
 from trl.models.utils import _ForwardRedirection
 from trl.trainer.utils import add_fused_lm_head
 
-from posttrain.algos.grpo.build import LOSS_TYPE_FIELDS
 from posttrain.algos.grpo.kernel_logps import KernelLogpsMixin
 
 
@@ -73,7 +72,13 @@ def trl_default(field: str):
 # the GRPOConfig fields `_compute_loss` reads from `self.args`
 _ARGS = (
     "use_bias_correction_kl",
-    *LOSS_TYPE_FIELDS,
+    "delta",
+    "sapo_temperature_pos",
+    "sapo_temperature_neg",
+    "vespo_k_pos",
+    "vespo_lambda_pos",
+    "vespo_k_neg",
+    "vespo_lambda_neg",
     "entropy_target",
     "entropy_coef_delta",
     "entropy_coef_min",

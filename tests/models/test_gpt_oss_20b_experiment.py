@@ -17,8 +17,8 @@ TINY_ARM = (
     "algo=grpo",
     "trainer.max_steps=2",
     "trainer.per_device_batch_size=4",
-    "algo.num_generations=2",
-    "algo.max_completion_length=8",
+    "algo.trl.num_generations=2",
+    "algo.trl.max_completion_length=8",
     "algo.generation.backend=static_policy",
     "trainer.progress_bar=false",
 )

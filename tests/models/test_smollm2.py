@@ -49,7 +49,7 @@ def test_smollm2_grpo_step_with_heldout_accuracy(tmp_path, cached):
     proc = run_cli(
         "+experiment=grpo_smollm2_add",
         "trainer.max_steps=1",
-        "data.heldout=8",
+        "algo.heldout=8",
         "trainer.progress_bar=false",
         f"hydra.run.dir={tmp_path}",
     )

@@ -48,8 +48,8 @@ ALGOS: dict[str, tuple[str, ...]] = {
     "grpo": (
         "algo=grpo",
         "trainer.per_device_batch_size=4",
-        "algo.num_generations=2",
-        "algo.max_completion_length=6",
+        "algo.trl.num_generations=2",
+        "algo.trl.max_completion_length=6",
         "algo.generation.sampler=multinomial",
     ),
     "d2l": (

@@ -20,10 +20,10 @@ TINY: dict[str, tuple[str, ...]] = {
     "grpo": (
         "algo=grpo",
         "trainer.per_device_batch_size=4",
-        "algo.num_generations=2",
+        "algo.trl.num_generations=2",
         "data.num_train=16",
-        "algo.max_completion_length=6",
-        "algo.beta=0.04",
+        "algo.trl.max_completion_length=6",
+        "algo.trl.beta=0.04",
     ),
     "contrastive": (
         "algo=contrastive",

@@ -56,7 +56,7 @@ def _schema_floats(algo: str) -> list[str]:
 def test_every_algorithm_schema_is_walked():
     assert set(ALGO_SCHEMAS) == set(ALGOS)
     for algo, needles in (
-        ("grpo", ["algo.beta", "algo.kl.target", "algo.generation.top_p"]),
+        ("grpo", ["algo.trl.beta", "algo.kl.target", "algo.trl.top_p"]),
         ("contrastive", ["algo.temperature"]),
         ("d2l", ["algo.alpha", "algo.kl_temperature"]),
     ):
@@ -90,12 +90,12 @@ def test_every_float_field_of_every_schema_refuses_non_finite(algo, value):
         (["trainer.lr=nan"], "trainer.lr=nan must be a finite number"),
         (["trainer.max_grad_norm=-inf"], "trainer.max_grad_norm=-inf must be a finite number"),
         (["algo.kl.target=inf"], "algo.kl.target=inf must be a finite number"),
-        (["algo.beta=nan"], "algo.beta=nan must be a finite number"),
+        (["algo.trl.beta=nan"], "algo.trl.beta=nan must be a finite number"),
         (ALGOS["d2l"] + ["algo.alpha=nan"], "algo.alpha=nan must be a finite number"),
         (ALGOS["contrastive"] + ["algo.temperature=inf"], "algo.temperature=inf must be a finite number"),
         # free-form parts of a schema (dict[str, Any]) are walked too
         (["model.arch.rope_theta=inf"], "model.arch.rope_theta=inf must be a finite number"),
-        (["data=arith", "data.rewards.0.weight=nan"], "data.rewards[0].weight=nan must be a finite number"),
+        (["data=arith", "algo.rewards.0.weight=nan"], "algo.rewards[0].weight=nan must be a finite number"),
     ],
 )
 def test_compose_refuses_non_finite_in_one_line(overrides, line):

@@ -15,8 +15,8 @@ from tests.algos.grpo.helpers import first_batch, make_trainer
 SMALL = [
     "trainer.progress_bar=false",
     "trainer.per_device_batch_size=4",
-    "algo.num_generations=2",
-    "algo.max_completion_length=6",
+    "algo.trl.num_generations=2",
+    "algo.trl.max_completion_length=6",
     "trainer.logging_steps=1",
 ]
 
@@ -24,7 +24,7 @@ SMALL = [
 def test_trl_generation_decodes_with_a_kv_cache(tmp_path):
     """The policy is loaded with use_cache=False for training; TRL's `generate` must not inherit it (that would
     recompute the whole sequence for every new token)."""
-    trainer = make_trainer(tmp_path, "algo.max_completion_length=5")
+    trainer = make_trainer(tmp_path, "algo.trl.max_completion_length=5")
     policy = trainer.accelerator.unwrap_model(trainer.model)
     widths: list[int] = []
     hook = policy.get_base_model().register_forward_pre_hook(
@@ -46,7 +46,7 @@ def test_static_backend_trains_with_a_synced_copy(tmp_path, model):
     trainer = build_trainer(cfg, tmp_path, [])
     engine = trainer.rollout
     assert engine is not None and engine.name == "static" and isinstance(engine.rollout_copy, RolloutCopy)
-    assert engine.static_cache_len == cfg.algo.max_prompt_length + cfg.algo.max_completion_length
+    assert engine.static_cache_len == cfg.algo.max_prompt_length + cfg.algo.trl.max_completion_length
     calls = []
     generate = engine.model.generate
     engine.model.generate = lambda *a, **k: calls.append(k["past_key_values"]) or generate(*a, **k)

@@ -122,7 +122,7 @@ def test_optuna_preset_search_space_and_metric():
     cfg = _hydra_cfg("hparams_search=grpo")
     sweeper = cfg.hydra.sweeper
     assert sweeper._target_.endswith("OptunaSweeper") and sweeper.direction == "maximize"
-    assert set(sweeper.params) == {"trainer.lr", "algo.beta", "algo.epsilon"}
+    assert set(sweeper.params) == {"trainer.lr", "algo.trl.beta", "algo.trl.epsilon"}
     assert sweeper.sampler._target_.endswith("TPESampler") and sweeper.sampler.seed == 0
     metric = cfg.optimized_metric
     from posttrain.algos.registry import get_algorithm
@@ -209,7 +209,8 @@ def test_every_sweep_job_is_checked_before_the_first_starts(tmp_path):
         (("model.lora.r=8,0",), "error: sweep job model.lora.r=0: model.lora.r=0 must be > 0"),
         (
             ("trainer.lrr=1e-3,3e-3",),
-            "error: sweep job trainer.lrr=0.001: trainer.lrr: Key 'lrr' not in 'TrainerConfig'",
+            "error: sweep job trainer.lrr=0.001: trainer.lrr: Key 'lrr' not in 'TrainerConfig' "
+            "(did you mean trainer.lr?)",
         ),
     ):
         proc = run_cli("-m", *args, "trainer.max_steps=1", f"hydra.sweep.dir={sweep}")

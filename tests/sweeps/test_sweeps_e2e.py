@@ -20,7 +20,7 @@ from tests.conftest import ROOT, run_cli
 from tests.sweeps.test_sweeps_configs import needs_optuna, needs_submitit
 
 pytestmark = pytest.mark.slow
-TINY = ("algo.num_generations=2", "trainer.progress_bar=false")
+TINY = ("algo.trl.num_generations=2", "trainer.progress_bar=false")
 
 
 def _run_dirs(folder: Path) -> list[Path]:
@@ -44,12 +44,12 @@ def test_optuna_preset_completes_3_trials(tmp_path):
     assert len(_run_dirs(sweep)) == 3
     best = load_optuna(sweep)
     s = load_summaries(sweep)
-    assert len(s) == 3 and set(s.attrs["swept"]) >= {"trainer.lr", "algo.epsilon"}
-    assert s["trainer.lr"].between(1e-4, 1e-2).all() and s["algo.epsilon"].between(0.1, 0.3).all()
-    assert set(s["algo.beta"]) <= {0.0, 0.01, 0.04, 0.1}
+    assert len(s) == 3 and set(s.attrs["swept"]) >= {"trainer.lr", "algo.trl.epsilon"}
+    assert s["trainer.lr"].between(1e-4, 1e-2).all() and s["algo.trl.epsilon"].between(0.1, 0.3).all()
+    assert set(s["algo.trl.beta"]) <= {0.0, 0.01, 0.04, 0.1}
     # the sweeper optimised what the task returned: the preset's optimized_metric of each trial's summary
     assert best["best_value"] == pytest.approx(s["reward_last5_mean"].max())
-    assert set(best["best_params"]) == {"trainer.lr", "algo.beta", "algo.epsilon"}
+    assert set(best["best_params"]) == {"trainer.lr", "algo.trl.beta", "algo.trl.epsilon"}
 
 
 @needs_submitit
@@ -132,7 +132,7 @@ def test_two_process_accelerate_matches_one_process(tmp_path, kernels):
     would change reward, loss or grad_norm well beyond the tolerance. Also: every rank's rewards are histogrammed
     with their own rows, and adaptive beta (`algo.kl.target`) moves on the KL of all processes.
     """
-    common = ("trainer.max_steps=3", "algo.beta=0.04", "algo.kl.target=0.001", f"kernels={kernels}", *TINY)
+    common = ("trainer.max_steps=3", "algo.trl.beta=0.04", "algo.kl.target=0.001", f"kernels={kernels}", *TINY)
     one = tmp_path / "one"
     p1 = _seeded(*common, "trainer.per_device_batch_size=6", f"hydra.run.dir={one}", nproc=1, cwd=tmp_path)
     assert p1.returncode == 0, p1.stderr[-3000:]

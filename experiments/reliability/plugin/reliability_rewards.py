@@ -1,7 +1,7 @@
 """Deliberately broken reward functions for the reliability cases (registered on import).
 
 `sitecustomize.py` next to this file imports it, so `PYTHONPATH=experiments/reliability/plugin python train.py ...`
-can name them in `data.rewards`: the way a researcher's own reward plugin would be loaded.
+can name them in `algo.rewards`: the way a researcher's own reward plugin would be loaded.
 """
 
 from __future__ import annotations

@@ -36,6 +36,38 @@ if TYPE_CHECKING:
     from transformers import Trainer, TrainerCallback
 
 
+@dataclass(frozen=True)
+class ModelCopy:
+    """A second set of the model's weights an algorithm keeps (a frozen reference, an encoder, a copy that
+    generates): the memory plan counts its bytes without knowing what it is for."""
+
+    name: str  # the plan's row ("reference model")
+    note: str
+    dtype: str | None = None  # None: as the trained weights are held (dtype, MXFP4, sharding); else whole, in it
+    packed_linears: bool = False  # its linear weights again in oneDNN's packed layout (CPU bf16 matmuls)
+
+
+@dataclass(frozen=True)
+class KVCache:
+    """A preallocated KV cache kept between generation rounds (a StaticCache: every layer full-length); generation
+    then writes into it instead of growing one of its own."""
+
+    name: str
+    seqs: int
+    positions: int  # per sequence
+    dtype: str | None = None  # None: the trained weights' dtype
+    note: str = ""
+
+
+@dataclass(frozen=True)
+class Reservation:
+    """A share of the device's memory another engine reserves for itself (a colocated vLLM)."""
+
+    name: str
+    share: float
+    note: str
+
+
 @dataclass
 class Workload:
     """What one training micro-step of an algorithm puts through the model, per device (the memory plan's input).
@@ -61,15 +93,10 @@ class Workload:
     gen_seqs: int = 0  # sequences generated in one round with HF generate (0: no generation here)
     gen_len: int = 0
     gen_prompt_len: int = 0
-    vllm_share: float = 0.0  # of the device's memory, reserved by a colocated vLLM engine
-    ref_copy: bool = False  # a frozen full copy of the base model (reference policy)
-    rollout_copy_dtype: str | None = None  # a merged copy of the policy that generates, in this dtype (None: none)
-    rollout_packed: bool = False  # the copy's linear weights are also held in oneDNN's packed layout (CPU bf16)
-    static_cache_len: int = 0  # positions of the copy's StaticCache per generated sequence (all layers full-length)
-    encoder_copy: bool = False  # a frozen full copy of the base model (context encoder)
-    encoder_seqs: int = 0
-    encoder_len: int = 0
-    encoder_layers: int = 0  # decoder layers the encoder runs (0: all)
+    gen_dtype: str | None = None  # the dtype generation computes in (None: the trained weights')
+    copies: tuple[ModelCopy, ...] = ()  # other sets of the model's weights kept for the whole run
+    caches: tuple[KVCache, ...] = ()  # preallocated KV caches kept for the whole run
+    reserved: tuple[Reservation, ...] = ()  # device shares other engines reserve
     # bytes the algorithm's own modules keep from the forward to the backward (D2L's hypernet input, ...), and the
     # bytes its loss's backward adds before the layers' (pooled-state gradients, ...), counted by the algorithm
     extra_kept_bytes: float = 0.0
@@ -90,6 +117,8 @@ class Algorithm(abc.ABC):
     # logging step), `trend` (first-5 / last-5 means in summary.json and the end table), `plots` (plots/<file>)
     console: ClassVar[Mapping[str, Any]] = {}
     objective: ClassVar[str] = "loss_last5_mean"  # what sweeps optimise by default (a summary.json key)
+    # keys a library has that this algorithm derives from its own settings: key -> that setting (the error's hint)
+    derived_keys: ClassVar[Mapping[str, str]] = {}
 
     def validate(self, cfg: DictConfig) -> None:  # noqa: B027 - optional hook
         """Cross-field rules of `cfg.algo` (with the rest of `cfg`): raise `ConfigError` in one line. No torch."""

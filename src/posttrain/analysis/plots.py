@@ -1,7 +1,7 @@
 """Plotting helpers over `load_runs` / `load_summaries` frames (matplotlib; without a display it draws with Agg).
 
 fig = plot_curves(df, ["reward", "kl"])          # one panel per metric, one line per sweep member
-fig = plot_objective(load_summaries(path), "algo.beta", hue="seed")
+fig = plot_objective(load_summaries(path), "algo.trl.beta", hue="seed")
 save_figure(fig, "figures/reward_kl.png")
 write_run_plots(run_dir, {"reward.png": ("reward", "kl")})   # what a training run leaves in <run>/plots/
 """

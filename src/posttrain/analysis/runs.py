@@ -2,7 +2,7 @@
 
 A run directory is any folder with `metrics.jsonl` or `summary.json` (what `posttrain.run` writes); checkpoints
 inside it are skipped. The command-line overrides of each run (`.hydra/overrides.yaml`, written by Hydra) become
-columns, typed as YAML reads them (`algo.beta=0.04` -> float 0.04, `seed=1` -> int, `model=tiny_llama` -> str).
+columns, typed as YAML reads them (`algo.trl.beta=0.04` -> float 0.04, `seed=1` -> int, `model=tiny_llama` -> str).
 
     df = load_runs("multirun/2026-11-21/12-00-00")   # one row per (run, logged step)
     df.attrs["swept"]                                 # override columns whose value differs between runs
@@ -52,7 +52,7 @@ def _job_num(run_dir: Path) -> int | None:
 
 
 def parse_override(text: str) -> tuple[str, Any] | None:
-    """`algo.beta=0.04` -> ("algo.beta", 0.04); None for deletions and Hydra's own settings."""
+    """`algo.trl.beta=0.04` -> ("algo.trl.beta", 0.04); None for deletions and Hydra's own settings."""
     text = text.strip()
     if text.startswith("~") or "=" not in text:
         return None
@@ -176,7 +176,7 @@ def load_optuna(path: str | Path) -> dict[str, Any]:
 
 
 def label(row: pd.Series | dict[str, Any], columns: Iterable[str]) -> str:
-    """`algo.beta=0.04 seed=1` for a run's values of `columns` (the run name when there are none)."""
+    """`algo.trl.beta=0.04 seed=1` for a run's values of `columns` (the run name when there are none)."""
     cols = list(columns)
     if not cols:
         return str(row["run"])

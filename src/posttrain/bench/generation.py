@@ -41,7 +41,7 @@ def _parse(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="config override (repeatable)")
     p.add_argument("--backends", help="comma-separated; default: hf,bf16_copy,static on CPU, hf,static on CUDA")
     p.add_argument("--batch", type=int, help="sequences per call (default: trainer.per_device_batch_size)")
-    p.add_argument("--new-tokens", type=int, help="tokens per sequence (default: algo.max_completion_length)")
+    p.add_argument("--new-tokens", type=int, help="tokens per sequence (default: algo.trl.max_completion_length)")
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--check", action="store_true", help="exit 1 unless every backend's greedy tokens are equal")
     return p.parse_args(argv)
@@ -53,7 +53,7 @@ def _config(args: argparse.Namespace):
     from posttrain.hardware.profile import override_keys
 
     overrides = ([f"+experiment={args.experiment}"] if args.experiment else []) + list(args.set)
-    cfg = load_config([*overrides, "trainer.progress_bar=false", "data.heldout=0"])
+    cfg = load_config([*overrides, "trainer.progress_bar=false", "algo.heldout=0"])
     apply_profile(cfg, overrides=override_keys(overrides))
     return cfg
 
@@ -139,7 +139,7 @@ def run(args: argparse.Namespace) -> list[dict[str, Any]]:
     run_dir = Path(tempfile.mkdtemp(prefix="bench_generation_"))
     trainer: Any = get_algorithm(cfg.algo.name).build_trainer(cfg, run_dir, [])
     batch = args.batch or cfg.trainer.per_device_batch_size
-    new_tokens = args.new_tokens or cfg.algo.max_completion_length
+    new_tokens = args.new_tokens or cfg.algo.trl.max_completion_length
     prompts = _prompts(trainer, batch)
     generation_config = copy.deepcopy(trainer.generation_config)
     generation_config.max_new_tokens = generation_config.min_new_tokens = new_tokens  # no early EOS: fixed lengths

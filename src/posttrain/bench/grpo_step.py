@@ -69,13 +69,13 @@ def overrides(args: argparse.Namespace) -> list[str]:
         f"+experiment={args.experiment}",
         f"model={args.model}",
         f"trainer.per_device_batch_size={args.batch}",
-        f"algo.num_generations={args.num_generations}",
-        f"algo.max_completion_length={args.completion_length}",
+        f"algo.trl.num_generations={args.num_generations}",
+        f"algo.trl.max_completion_length={args.completion_length}",
         f"model.lora.enabled={args.train == 'lora'}",
         f"trainer.max_steps={args.warmup + args.steps}",
         "trainer.progress_bar=false",
         "trainer.save_steps=1000000000",  # no checkpoint inside the timed steps (the anchor saves none either)
-        "data.heldout=0",
+        "algo.heldout=0",
         # one generation batch per step, as in TRL's step (the make-train preset refills a step up to twice)
         "algo.dynamic_sampling.enabled=false",
     ]
@@ -169,7 +169,7 @@ def _heldout(cfg, trainer, n: int) -> dict[str, Any]:
 
     cfg = cfg.copy()
     with open_dict(cfg):
-        cfg.data.heldout = n
+        cfg.algo.heldout = n
     model = trainer.accelerator.unwrap_model(trainer.model)
     was_training = model.training
     model.eval()

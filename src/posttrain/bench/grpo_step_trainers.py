@@ -7,7 +7,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-# GRPOConfig keys that define what GRPO learns, copied from posttrain's mapping into the anchor's GRPOConfig
+# TrainingArguments keys that define what GRPO learns, copied from posttrain's mapping into the anchor's GRPOConfig
+# (with every `algo.trl` field)
 RECIPE_KEYS = (
     "learning_rate",
     "lr_scheduler_type",
@@ -16,20 +17,6 @@ RECIPE_KEYS = (
     "max_grad_norm",
     "per_device_train_batch_size",
     "gradient_accumulation_steps",
-    "num_generations",
-    "max_completion_length",
-    "temperature",
-    "top_p",
-    "top_k",
-    "beta",
-    "epsilon",
-    "epsilon_high",
-    "loss_type",
-    "scale_rewards",
-    "importance_sampling_level",
-    "num_iterations",
-    "mask_truncated_completions",
-    "use_bias_correction_kl",
     "reward_weights",
     "seed",
     "data_seed",
@@ -41,15 +28,16 @@ def anchor_trainer(cfg, run_dir: Path, callbacks: list | None = None):
     """Plain `trl.GRPOTrainer`: posttrain's data, rewards and tokenizer, the recipe's GRPOConfig keys, TRL defaults."""
     from trl import GRPOConfig, GRPOTrainer
 
-    from posttrain.algos.grpo.build import TRL_FIELDS, grpo_args
+    from posttrain.algos.grpo.build import grpo_args
     from posttrain.algos.grpo.rewards import reward_functions
+    from posttrain.algos.grpo.trl_fields import trl_kwargs
     from posttrain.data import build_grpo_dataset
     from posttrain.models import load
     from posttrain.models.loader import checkpoint_location
     from posttrain.models.lora import lora_config
 
     funcs: Any
-    funcs, weights = reward_functions(cfg.data)
+    funcs, weights = reward_functions(cfg)
     model: Any
     model, tokenizer = load(cfg, with_lora=False)  # the tokenizer (chat template) posttrain trains with
     if not cfg.model.tiny:
@@ -58,7 +46,7 @@ def anchor_trainer(cfg, run_dir: Path, callbacks: list | None = None):
     else:  # as a checkpoint on disk carries it (posttrain builds for training: cache off); TRL generates with it
         model.config.use_cache = True
     ours = grpo_args(cfg, run_dir, weights).to_dict()
-    recipe = {k: ours[k] for k in (*RECIPE_KEYS, *TRL_FIELDS)}  # and every loss knob posttrain maps under TRL's name
+    recipe = {k: ours[k] for k in RECIPE_KEYS} | trl_kwargs(cfg.algo)  # every field passed through
     # `use_cpu` where TRL's bf16 default needs it to start at all (its error message says so)
     import torch
 

@@ -15,7 +15,7 @@ reads it); `trend` also picks the first-5 / last-5 means that go into summary.js
 
     step  2/30  reward    0.5729  kl 0.0006029  s/step     1.607  [0:03]
 
-A metric that is off for a run is logged as NaN (metrics.jsonl: null), e.g. GRPO's `kl` with `algo.beta=0` (no
+A metric that is off for a run is logged as NaN (metrics.jsonl: null), e.g. GRPO's `kl` with `algo.trl.beta=0` (no
 reference model); the terminal shows it as `off`.
 """
 

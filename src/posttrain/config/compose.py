@@ -67,6 +67,69 @@ def check_added_keys(cfg: DictConfig, overrides: Sequence[str]) -> None:
         raise ConfigError(f"+{parent}.{leaf}: {parent} has no key {leaf!r}{hint}")
 
 
+def _task_of_another_algorithm(ex: BaseException, overrides: Sequence[str]) -> str | None:
+    """`algo=d2l data=add`: a data file that sets its algorithm's keys (a GRPO task's rewards) under another one."""
+    import re
+
+    text = str(ex)
+    task = re.match(r"In 'data/(\w+)'", text)
+    key = re.search(r"full_key: (algo\.[\w.]+)", text)
+    if not task or not key:
+        return None
+    algo = next((o.split("=", 1)[1] for o in reversed(overrides) if o.startswith("algo=")), "grpo")
+    name = task.group(1)
+    return (
+        f"data={name} sets {key.group(1)}, which algo={algo} does not have: data={name} is another algorithm's task "
+        f"(algo={algo} trains on e.g. data={_default_data(algo)})"
+    )
+
+
+def _default_data(algo: str) -> str:
+    """The data choice conf/data/<algo>_default.yaml stands for (its defaults list's first entry)."""
+    import yaml
+
+    path = CONF_DIR / "data" / f"{algo}_default.yaml"
+    if not path.is_file():
+        return f"{algo}_default"
+    entries = (yaml.safe_load(path.read_text()) or {}).get("defaults") or []
+    return str(entries[0]) if entries and isinstance(entries[0], str) else f"{algo}_default"
+
+
+def _unknown_key_hint(ex: BaseException, overrides: Sequence[str]) -> str:
+    """For an override of a key the schema lacks: the setting it derives from, the same name deeper in the tree
+    (`algo.beta` -> `algo.trl.beta`) or the closest sibling; "" for other errors."""
+    import difflib
+
+    from omegaconf.errors import ConfigAttributeError, ConfigKeyError
+
+    inner = ex.__cause__ if isinstance(ex.__cause__, OmegaConfBaseException) else ex
+    key = getattr(inner, "full_key", None)
+    if not isinstance(inner, (ConfigKeyError, ConfigAttributeError)) or not key:
+        return ""
+    groups = [o for o in overrides if "." not in o.split("=", 1)[0] and not o.startswith(("+", "~"))]
+    try:
+        with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+            base = compose(config_name="config", overrides=groups)
+    except (HydraException, OmegaConfBaseException):
+        return ""
+    from posttrain.algos.registry import algorithms
+
+    algorithm = algorithms().get(str(OmegaConf.select(base, "algo.name", default="")))
+    if algorithm is not None and key in algorithm.derived_keys:
+        return f" (posttrain sets it from {algorithm.derived_keys[key]})"
+    parent_key, _, leaf = key.rpartition(".")
+    parent = OmegaConf.select(base, parent_key, default=None) if parent_key else base
+    if not isinstance(parent, DictConfig):
+        return ""
+    deeper = [
+        f"{parent_key}.{name!s}.{leaf}".lstrip(".")
+        for name, child in parent.items_ex(resolve=False)
+        if isinstance(child, DictConfig) and leaf in child
+    ]
+    close = deeper or [f"{parent_key}.{c}".lstrip(".") for c in difflib.get_close_matches(leaf, list(parent), n=1)]
+    return f" (did you mean {close[0]}?)" if close else ""
+
+
 def load_config(overrides: Sequence[str] = (), validate_rules: bool = True, hf_names: bool = True) -> DictConfig:
     """Compose conf/config.yaml with overrides; raise ConfigError (one line) on any problem."""
     from hydra.core.global_hydra import GlobalHydra
@@ -78,7 +141,8 @@ def load_config(overrides: Sequence[str] = (), validate_rules: bool = True, hf_n
         with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
             cfg = compose(config_name="config", overrides=list(overrides))
     except (HydraException, OmegaConfBaseException) as ex:
-        raise ConfigError(_one_line(ex)) from None
+        message = _task_of_another_algorithm(ex, overrides) or _one_line(ex) + _unknown_key_hint(ex, overrides)
+        raise ConfigError(message) from None
     finally:
         if running is not None:
             GlobalHydra.instance().initialize(running)

@@ -1,7 +1,7 @@
 """One check for every number of every config group: nan and inf are refused at compose time.
 
 The composed config holds each group merged with its structured schema, so a float field (`trainer.lr`,
-`algo.beta`, `algo.kl.target`, ...) already carries Python's float; OmegaConf and Hydra's override grammar accept
+`algo.trl.beta`, `algo.kl.target`, ...) already carries Python's float; OmegaConf and Hydra's override grammar accept
 `inf`, `-inf` and `nan` for it. Walking the whole tree also covers the free-form parts (`model.arch`,
 `data.params`, reward weights and kwargs), so a new schema field needs no rule of its own.
 """

@@ -181,12 +181,6 @@ class DataConfig:
     num_eval: int = num(32, ge=0)
     seed: int = free(0, "any integer seeds the generators' random.Random")
     params: dict[str, Any] = free({}, "the data set's own keyword arguments, checked by its generator or loader")
-    # GRPO: held-out problems scored by greedy decoding before and after training with the `math` reward's answer
-    # checker (summary: heldout_acc_before/after); 0 turns it off. Needs an `answer` column and a test split.
-    heldout: int = num(0, ge=0)
-    heldout_batch_size: int = num(50, gt=0)
-    # The task's verifiable rewards for GRPO: [{name, weight, kwargs}] resolved by posttrain.rewards.build.
-    rewards: list[dict[str, Any]] = free([], "names, weights and kwargs, checked by posttrain.rewards.build")
 
 
 @dataclass

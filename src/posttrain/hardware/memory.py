@@ -3,8 +3,9 @@
 peak = persistent + the largest of four phases:
 - persistent: weights (load dtype; MXFP4 experts dequantized to bf16, or kept in their 17 bytes per 32 values with
   `model.mxfp4=native`; bitsandbytes 4-bit layer linears at 4.5 bits; an output projection TRL casts to fp32),
-  LoRA adapters (fp32 under PEFT), optimizer states of what trains, a frozen
-  reference or context-encoder copy, a merged rollout copy and its static KV cache, a colocated vLLM's reservation,
+  LoRA adapters (fp32 under PEFT), optimizer states of what trains, the other copies of the weights an algorithm
+  keeps (`Workload.copies`: a frozen reference, a merged rollout copy), its preallocated KV caches and the device
+  shares other engines reserve (`Workload.caches`, `Workload.reserved`),
   and framework overhead (`hw.overhead_gib`: CUDA context and allocator slack, or the process before the model on
   a CPU; not part of `torch.cuda.max_memory_allocated`, hence `tensor_bytes`);
 - train (forward + backward of one micro-batch): the largest of the moments the backward passes through, each the
@@ -124,6 +125,12 @@ class Moment:
         return self.activations + self.logits + self.extra + self.grads
 
 
+def _itemsize(dtype: str) -> int:
+    import torch
+
+    return int(getattr(torch, dtype).itemsize)
+
+
 def train_moments(
     cfg: DictConfig, a: dict[str, Any], d: Dtypes, counts: ParamCounts, work: Workload, grads: dict[str, float]
 ) -> tuple[list[Moment], dict[str, Any]]:
@@ -212,34 +219,21 @@ def plan(cfg: DictConfig) -> Plan:
     items.append(Item("weights", weights / shard_all, "persistent", wnote))
     mxfp4_values = counts.experts if counts.mxfp4_bytes else 0
     base_bytes = (counts.total - mxfp4_values) * counts.dtype_bytes + counts.mxfp4_bytes + head_upcast
-    if work.ref_copy:
-        items.append(Item("reference model", base_bytes / shard_all, "persistent", "frozen copy (beta > 0, no LoRA)"))
-    if work.encoder_copy:
-        items.append(Item("context encoder", base_bytes / shard_all, "persistent", "frozen copy of the base"))
-    if work.rollout_copy_dtype:
-        import torch
-
-        elem = getattr(torch, work.rollout_copy_dtype).itemsize
+    for copy in work.copies:
+        if copy.dtype is None:  # as the trained weights are held
+            items.append(Item(copy.name, base_bytes / shard_all, "persistent", copy.note))
+            continue
+        elem = _itemsize(copy.dtype)
         copy_bytes = (counts.total - mxfp4_values) * elem + counts.mxfp4_bytes
-        cnote = f"merged copy in {work.rollout_copy_dtype}"
-        if work.rollout_packed:  # every nn.Linear weight again in oneDNN's packed layout (the head too)
+        cnote = copy.note
+        if copy.packed_linears:  # every nn.Linear weight again in oneDNN's packed layout (the head too)
             copy_bytes += (counts.layer_linear + a["V"] * a["h"]) * elem
             cnote += " + its oneDNN-packed linear weights"
-        items.append(Item("rollout copy", copy_bytes, "persistent", cnote))
-    if work.static_cache_len:
-        import torch
-
-        elem = getattr(torch, work.rollout_copy_dtype).itemsize if work.rollout_copy_dtype else counts.dtype_bytes
-        static = kv_cache_bytes(a, elem, work.gen_seqs, work.static_cache_len, full_length=True)
-        where = "the copy's" if work.rollout_copy_dtype else "the policy's"
-        items.append(
-            Item(
-                "static KV cache",
-                static,
-                "persistent",
-                f"{where}: {work.gen_seqs} sequences x {work.static_cache_len} positions, every layer full-length",
-            )
-        )
+        items.append(Item(copy.name, copy_bytes, "persistent", cnote))
+    for cache in work.caches:
+        elem = _itemsize(cache.dtype) if cache.dtype else counts.dtype_bytes
+        static = kv_cache_bytes(a, elem, cache.seqs, cache.positions, full_length=True)
+        items.append(Item(cache.name, static, "persistent", cache.note))
     if counts.mxfp4_bytes:
         gate_up = 2 * a["I"] * a["h"] * d.act  # one expert's gate_up projection, dequantized
         experts = a["experts"] if hw.device == "cuda" else 1
@@ -256,11 +250,8 @@ def plan(cfg: DictConfig) -> Plan:
     tbytes = counts.trainable_bytes + 4 * work.extra_trainable + (head_upcast if mode == "full" else 0)
     states, temp, onote = optimizer_bytes(hw, trainable, tbytes, max(counts.largest_trainable, work.extra_trainable))
     items.append(Item("optimizer states", states / shard_opt, "persistent", f"{hw.optimizer}: {onote}"))
-    if work.vllm_share:
-        share = work.vllm_share
-        items.append(
-            Item("vLLM (colocated)", share * hw.device_gib * GIB, "persistent", f"gpu_memory_utilization={share}")
-        )
+    for reservation in work.reserved:
+        items.append(Item(reservation.name, reservation.share * hw.device_gib * GIB, "persistent", reservation.note))
     items.append(Item("framework overhead", hw.overhead_gib * GIB, "persistent", f"hw.overhead_gib on {hw.device}"))
 
     # gradients alive during the backward (full fine-tuning: the head's first, every layer's by the bottom; a tied
@@ -322,15 +313,12 @@ def plan(cfg: DictConfig) -> Plan:
         )
 
     if work.gen_seqs:
-        gen_d = d
-        if work.rollout_copy_dtype:
-            import torch
-
-            elem = getattr(torch, work.rollout_copy_dtype).itemsize
+        if work.gen_dtype:
+            elem = _itemsize(work.gen_dtype)
             gen_d = Dtypes(act=elem, res=elem)
         else:  # TRL generates outside the trainer's autocast: in the weights' dtype
             gen_d = Dtypes(act=d.res, res=d.res)
-        if not work.static_cache_len:
+        if not work.caches:  # else generation writes into the preallocated cache
             kv = kv_cache_bytes(a, gen_d.act, work.gen_seqs, work.gen_len)
             items.append(Item("KV cache", kv, "generate", f"{work.gen_seqs} sequences x {work.gen_len} tokens"))
         prompt = work.gen_prompt_len or work.gen_len

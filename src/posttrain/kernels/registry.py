@@ -50,7 +50,6 @@ KL_ESTIMATORS: tuple[str, ...] = ("k1", "k2", "k3")
 IS_LEVELS: tuple[str, ...] = ("token", "sequence")
 # TRL's `vllm_importance_sampling_mode`: per token or per sequence; ratios outside [clip_min, clip_max] clipped or 0
 SAMPLING_IS_MODES: tuple[str, ...] = ("token_truncate", "token_mask", "sequence_truncate", "sequence_mask")
-KL_BIAS_CORRECTION = True  # TRL 1.16's `use_bias_correction_kl` default (tests tie it to GRPOConfig)
 TRL = "trl"  # `kernels=trl`: TRL's own loss path (no posttrain kernel)
 
 

@@ -7,7 +7,7 @@
     static         the merged copy with a static KV cache and a compiled decode step (CUDA graphs on CUDA)
     static_policy  the policy itself (LoRA unmerged: nothing to sync, no drift) with the static KV cache and the
                    compiled decode step: for models whose second copy does not fit (GPT-OSS-20B, native MXFP4)
-    vllm           TRL's vLLM integration (colocate or server, `algo.generation.vllm_mode`; the `gpu` extra)
+    vllm           TRL's vLLM integration (colocate or server, `algo.trl.vllm_mode`; the `gpu` extra)
 
 `hf` and `vllm` run inside TRL (`GRPOTrainer._generate_single_turn`); the other rows build a `RolloutEngine`
 (`posttrain.rollout.engine`), the copy-based ones over a `RolloutCopy` (`posttrain.rollout.merged_copy`) that the
@@ -98,7 +98,7 @@ def build_engine(
         longest_prompt = cfg.algo.max_prompt_length
         if pad_to_multiple_of:
             longest_prompt = -(-longest_prompt // pad_to_multiple_of) * pad_to_multiple_of
-        cache_len = longest_prompt + cfg.algo.max_completion_length
+        cache_len = longest_prompt + cfg.algo.trl.max_completion_length
     return RolloutEngine(
         policy if rollout_copy is None else None,
         config,

@@ -28,7 +28,7 @@ def main(tmp: Path, kernels: list[str]) -> None:
     cases = []
     for backend in kernels:  # every reference first, before the process group exists
         trainer = make_trainer(
-            tmp / env["RANK"] / backend, f"kernels={backend}", "algo.beta=0.1", "algo.num_iterations=2"
+            tmp / env["RANK"] / backend, f"kernels={backend}", "algo.trl.beta=0.1", "algo.trl.num_iterations=2"
         )
         inputs = first_batch(trainer)
         perturb_lora(trainer.model, scale=0.3)

@@ -31,7 +31,7 @@ def make_trainer(
         [
             "trainer.max_steps=1",
             "trainer.per_device_batch_size=8",
-            "algo.num_generations=4",
+            "algo.trl.num_generations=4",
             "trainer.progress_bar=false",
             *overrides,
         ]

@@ -87,10 +87,10 @@ def test_final_number_reward_rejects_an_echoed_question():
 
 
 def test_heldout_checker_is_the_configured_math_reward(compose):
-    check = heldout_checker(compose("data=add").data)
+    check = heldout_checker(compose("data=add").algo)
     assert check(None, ["23 + 45"], answer=["68"]) == [0.0]  # with data=add's last_number option
     with pytest.raises(ConfigError, match="needs a `math` reward"):
-        heldout_checker(compose("data=add", "data.rewards=[{name: numeric_answer}]").data)
+        heldout_checker(compose("data=add", "algo.rewards=[{name: numeric_answer}]").algo)
 
 
 def test_greedy_batches_with_left_padding_match_one_by_one(compose):
@@ -107,7 +107,7 @@ def test_greedy_batches_with_left_padding_match_one_by_one(compose):
 
 
 def test_heldout_accuracy_scores_the_test_split(compose, tmp_path, monkeypatch):
-    cfg = compose("data=add", "data.heldout=40")
+    cfg = compose("data=add", "algo.heldout=40")
     model, tok = load(compose("model=tiny_llama"), with_lora=False)
     test = generate_addition(40, split="test", heldout_size=500)
     right = {p[0]["content"]: f"It is {a}." for p, a in zip(test["prompt"], test["answer"])}
@@ -126,11 +126,11 @@ def test_summary_has_heldout_accuracy_before_and_after(tmp_path):
 
     proc = run_cli(
         "data=add",
-        "data.heldout=8",
+        "algo.heldout=8",
         "trainer.max_steps=1",
         "trainer.per_device_batch_size=4",
-        "algo.num_generations=4",
-        "algo.max_completion_length=4",
+        "algo.trl.num_generations=4",
+        "algo.trl.max_completion_length=4",
         f"hydra.run.dir={tmp_path}",
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -142,7 +142,7 @@ def test_summary_has_heldout_accuracy_before_and_after(tmp_path):
     assert len((tmp_path / "heldout_after.jsonl").read_text().splitlines()) == 8
     # mode=eval on the saved adapter scores the same held-out problems the same way (greedy is deterministic)
     proc = run_cli(
-        "data=add", "data.heldout=8", "mode=eval", "algo.max_completion_length=4", f"hydra.run.dir={tmp_path}"
+        "data=add", "algo.heldout=8", "mode=eval", "algo.trl.max_completion_length=4", f"hydra.run.dir={tmp_path}"
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     evaluated = json.loads(proc.stdout.strip().splitlines()[-1])

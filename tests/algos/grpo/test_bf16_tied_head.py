@@ -20,8 +20,8 @@ TIED_BF16 = [
     "hw.precision=bf16",
     "trainer.max_steps=1",
     "trainer.per_device_batch_size=4",
-    "algo.num_generations=2",
-    "algo.max_completion_length=4",
+    "algo.trl.num_generations=2",
+    "algo.trl.max_completion_length=4",
     "trainer.progress_bar=false",
 ]
 

@@ -55,7 +55,7 @@ def test_global_p95_is_torch_quantile_over_the_unmasked_values(n):
 
 @pytest.mark.parametrize("backend", ["trl", "fused"])
 def test_added_metrics_stay_on_the_device_and_log_as_floats(tmp_path, backend):
-    trainer = make_trainer(tmp_path, f"kernels={backend}", "algo.beta=0.04")
+    trainer = make_trainer(tmp_path, f"kernels={backend}", "algo.trl.beta=0.04")
     inputs = first_batch(trainer)
     perturb_lora(trainer.model, scale=0.3)
     trainer._metrics["train"].clear()

@@ -52,7 +52,7 @@ def _prompt_gated_reward(prompts, completions, **kwargs):
 
 
 def test_trainer_refills_zero_std_groups_and_logs_it(tmp_path, monkeypatch):
-    trainer = make_trainer(tmp_path, "algo.max_completion_length=4", reward=_prompt_gated_reward)
+    trainer = make_trainer(tmp_path, "algo.trl.max_completion_length=4", reward=_prompt_gated_reward)
     trainer.dynamic_sampling_rounds = 6
     rounds: list[list[bool]] = []  # per generation round: which of its groups are informative
     original = GRPOTrainer._generate_and_score_completions
@@ -84,7 +84,7 @@ def test_trainer_refills_zero_std_groups_and_logs_it(tmp_path, monkeypatch):
 def test_refill_batches_sample_refill_groups_prompts_and_keep_the_step_size(tmp_path, monkeypatch):
     """`algo.dynamic_sampling.refill_groups`: each extra generation batch samples that many prompts (DAPO's
     gen_prompt_bsz); the step still trains on its own group count, informative groups first."""
-    trainer = make_trainer(tmp_path, "algo.max_completion_length=4", reward=_prompt_gated_reward)
+    trainer = make_trainer(tmp_path, "algo.trl.max_completion_length=4", reward=_prompt_gated_reward)
     trainer.dynamic_sampling_rounds, trainer.dynamic_sampling_refill_groups = 3, 5
     sizes: list[int] = []
     original = GRPOTrainer._generate_and_score_completions

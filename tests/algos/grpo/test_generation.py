@@ -12,7 +12,7 @@ from tests.algos.grpo.helpers import first_batch, make_trainer
 
 
 def test_group_members_share_one_generate_call_and_config(tmp_path):
-    trainer = make_trainer(tmp_path, "algo.generation.temperature=0.7")
+    trainer = make_trainer(tmp_path, "algo.trl.temperature=0.7")
     calls = []
     original = trainer.model.generate
 
@@ -44,7 +44,7 @@ def test_vllm_backend_without_vllm_is_a_one_line_error(tmp_path):
 def test_vllm_generation_is_wired_through_trl(tmp_path):  # pragma: no cover - runs on GPU machines
     from posttrain.algos.grpo.build import grpo_args
 
-    cfg = load_config(["algo.generation.backend=vllm", "algo.generation.vllm_mode=colocate"])
+    cfg = load_config(["algo.generation.backend=vllm", "algo.trl.vllm_mode=colocate"])
     args = grpo_args(cfg, tmp_path)
     assert args.use_vllm and args.vllm_mode == "colocate"
 

@@ -63,7 +63,7 @@ def test_full_finetuning_with_kl_uses_the_initial_weights_as_reference(tmp_path)
     run = tmp_path / "run"
     proc = run_cli(
         "model.lora.enabled=false",
-        "algo.beta=0.04",
+        "algo.trl.beta=0.04",
         "trainer.max_steps=3",
         "trainer.lr=1e-3",
         "trainer.progress_bar=false",

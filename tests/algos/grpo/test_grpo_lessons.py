@@ -54,7 +54,7 @@ def test_prompt_padding_changes_neither_loss_nor_kl(tmp_path, kernels):
         ok, why = available(kernels)
         if not ok:
             pytest.skip(why)
-    trainer = make_trainer(tmp_path, "algo.beta=0.1", f"kernels={kernels}")
+    trainer = make_trainer(tmp_path, "algo.trl.beta=0.1", f"kernels={kernels}")
     inputs = first_batch(trainer)
     perturb_lora(trainer.model)
     loss0, kl0 = _loss_and_kl(trainer, inputs, pad=0)
@@ -65,7 +65,7 @@ def test_prompt_padding_changes_neither_loss_nor_kl(tmp_path, kernels):
 
 
 def test_logprobs_are_fp32_for_a_bf16_model(tmp_path):
-    trainer = make_trainer(tmp_path, "hw.precision=bf16", "algo.beta=0.1")
+    trainer = make_trainer(tmp_path, "hw.precision=bf16", "algo.trl.beta=0.1")
     assert trainer.args.cast_lm_head_to_fp32
     model = trainer.model
     assert next(p for n, p in model.named_parameters() if "q_proj.base_layer" in n).dtype == torch.bfloat16
@@ -104,7 +104,7 @@ def _sequence_logps(trainer, inputs):
 def test_loss_falls_when_one_members_reward_rises(tmp_path, kernels):
     """One member of each group gets a higher reward than its siblings: after one gradient step the GRPO loss
     (re-scored against the pre-step policy) is lower and that member became more likely, its siblings less."""
-    trainer = make_trainer(tmp_path, "algo.beta=0.0", f"kernels={kernels}", reward=one_member_rewarded)
+    trainer = make_trainer(tmp_path, "algo.trl.beta=0.0", f"kernels={kernels}", reward=one_member_rewarded)
     inputs = first_batch(trainer)
     raised = inputs["advantages"] > 0
     assert int(raised.sum()) == 2 and bool((inputs["advantages"][~raised] < 0).all())  # one per group
@@ -125,7 +125,7 @@ def test_loss_falls_when_one_members_reward_rises(tmp_path, kernels):
 def test_lora_kl_is_exactly_zero_at_step_one(tmp_path, kernels):
     """LoRA B starts at zero: the policy is the reference, so the first step's KL is 0.0, not merely small, and so
     is the KL term's gradient (the reference and the policy are scored by the same kernel)."""
-    trainer = make_trainer(tmp_path, "algo.beta=0.04", f"kernels={kernels}")
+    trainer = make_trainer(tmp_path, "algo.trl.beta=0.04", f"kernels={kernels}")
     inputs = first_batch(trainer)  # the first step's batch, reference log-probs from the adapter-free model
     assert inputs["ref_per_token_logps"] is not None
     trainer._compute_loss(trainer.model, inputs)

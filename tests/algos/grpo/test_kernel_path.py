@@ -13,10 +13,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from posttrain.algos.grpo.build import grpo_args
-from posttrain.config.compose import load_config
 from posttrain.kernels import available
-from posttrain.kernels.registry import KL_BIAS_CORRECTION
 from tests.algos.grpo.helpers import (
     first_batch,
     make_trainer,
@@ -29,18 +26,6 @@ BACKENDS = [b for b in ("eager", "chunked", "fused") if available(b)[0]]
 # at lr 0.5, so two steps amplify fp32 rounding: fused's CPU flash path (another summation order) differed from
 # TRL by 1.4e-5 relative in kl_p95 at step 2. The bugs these cases catch (a missing bias correction, a wrong
 # normaliser, dropped aux loss) move the logged numbers by 1e-3 to 1 relative.
-
-
-def test_kl_bias_correction_defaults_to_trls_and_reaches_grpo_config(tmp_path):
-    """One default (TRL's), in the schema; the kernels' own default agrees; the flag reaches GRPOConfig."""
-    from trl import GRPOConfig
-
-    trl_default = GRPOConfig.__dataclass_fields__["use_bias_correction_kl"].default
-    cfg = load_config([])
-    assert cfg.algo.kl.bias_correction is trl_default and KL_BIAS_CORRECTION is trl_default
-    assert grpo_args(cfg, tmp_path).use_bias_correction_kl is trl_default
-    off = load_config([f"algo.kl.bias_correction={str(not trl_default).lower()}"])
-    assert grpo_args(off, tmp_path).use_bias_correction_kl is (not trl_default)
 
 
 def length_reward(completions, **kwargs):
@@ -58,23 +43,23 @@ COMMON = ("hw.optimizer=sgd", "trainer.lr=0.5", "trainer.max_steps=2")
 CASES = {
     # KL bias correction with old log-probs and accumulation (DAPO normalises by the whole window's tokens)
     "dapo-iter2-accum2": (
-        ("algo.loss_type=dapo", "algo.beta=0.1", "algo.num_iterations=2", "trainer.grad_accum=2"),
+        ("algo.trl.loss_type=dapo", "algo.trl.beta=0.1", "algo.trl.num_iterations=2", "trainer.grad_accum=2"),
         {},
     ),
     "grpo-sequence-batch-weighted": (
         (
-            "algo.importance_sampling_level=sequence",
-            "algo.scale_rewards=batch",
-            "algo.beta=0.04",
-            "algo.num_iterations=2",
+            "algo.trl.importance_sampling_level=sequence",
+            "algo.trl.scale_rewards=batch",
+            "algo.trl.beta=0.04",
+            "algo.trl.num_iterations=2",
         ),
         {"reward": [prompt_dependent_reward, length_reward], "weights": [1.0, 0.5]},
     ),
     "bnpo-unscaled-zero-std": (
-        ("algo.loss_type=bnpo", "algo.scale_rewards=none", "algo.beta=0.04"),
+        ("algo.trl.loss_type=bnpo", "algo.trl.scale_rewards=none", "algo.trl.beta=0.04"),
         {"reward": sea_groups_constant},
     ),
-    "dr_grpo-no-kl": (("algo.loss_type=dr_grpo", "algo.beta=0.0", "algo.num_iterations=2"), {}),
+    "dr_grpo-no-kl": (("algo.trl.loss_type=dr_grpo", "algo.trl.beta=0.0", "algo.trl.num_iterations=2"), {}),
 }
 KEYS = ("loss", "grad_norm", "kl", "kl_p95", "clip_ratio/region_mean")
 _trl_runs: dict[str, list[dict]] = {}
@@ -106,7 +91,7 @@ def test_kernel_path_trains_like_trl(tmp_path, case, backend):
                 assert b[key] == pytest.approx(a[key], rel=5e-5, abs=1e-7), (key, b["step"])
     # the cases have teeth: a real update, a measured KL, the reward shaping actually in play
     assert any(h["grad_norm"] > 1e-3 for h in ref)
-    if "algo.beta=0.0" in CASES[case][0]:
+    if "algo.trl.beta=0.0" in CASES[case][0]:
         assert all(h["kl"] is None and h["kl_p95"] is None for h in ref)
     elif case != "bnpo-unscaled-zero-std":  # that one makes no update at step 1 (below): KL stays 0
         assert max(h["kl"] for h in ref) > 1e-5 and max(h["kl_p95"] for h in ref) >= max(h["kl"] for h in ref)
@@ -145,9 +130,9 @@ def moe_batch(tmp_path_factory):
         tmp_path_factory.mktemp("moe"),
         "model=tiny_gpt_oss",
         "model.arch.router_aux_loss_coef=0.5",
-        "algo.beta=0.04",
+        "algo.trl.beta=0.04",
         "trainer.per_device_batch_size=4",
-        "algo.max_completion_length=8",
+        "algo.trl.max_completion_length=8",
     )
     inputs = first_batch(trainer)
     perturb_lora(trainer.model, scale=0.3)
@@ -168,7 +153,7 @@ def test_moe_router_aux_loss_is_added_like_trl(moe_batch, backend):
 @pytest.fixture(scope="module")
 def off_policy_batch(tmp_path_factory):
     """num_iterations=2: TRL computes old log-probs; the LoRA then moves (the update between the iterations)."""
-    trainer = make_trainer(tmp_path_factory.mktemp("off"), "algo.beta=0.1", "algo.num_iterations=2")
+    trainer = make_trainer(tmp_path_factory.mktemp("off"), "algo.trl.beta=0.1", "algo.trl.num_iterations=2")
     inputs = first_batch(trainer)
     assert inputs["old_per_token_logps"] is not None
     perturb_lora(trainer.model, scale=0.3)
@@ -194,7 +179,7 @@ def configured(off_policy_batch):
     def configure(bias_correction: bool = saved_bias_correction, **attrs):
         for k, v in attrs.items():
             setattr(trainer, k, v)
-        trainer.args.use_bias_correction_kl = bias_correction  # what algo.kl.bias_correction maps to
+        trainer.args.use_bias_correction_kl = bias_correction  # what algo.trl.use_bias_correction_kl maps to
         return trainer, dict(inputs)
 
     yield configure
@@ -245,7 +230,7 @@ def test_vllm_importance_sampling_ratio_reaches_the_kernel_loss(configured, back
 def test_kl_is_logged_as_null_without_a_reference(tmp_path, kernels):
     """beta = 0: TRL loads no reference model, so there is no KL to measure: `kl` and `kl_p95` are null on every
     path (logged, not missing)."""
-    trainer = make_trainer(tmp_path, "algo.beta=0.0", f"kernels={kernels}")
+    trainer = make_trainer(tmp_path, "algo.trl.beta=0.0", f"kernels={kernels}")
     inputs = first_batch(trainer)
     assert inputs.get("ref_per_token_logps") is None
     trainer._compute_loss(trainer.model, inputs)

@@ -45,7 +45,7 @@ def _betas(tmp_path, target: float) -> tuple[list[float], list[float]]:
     proc = run_cli(
         "trainer.max_steps=5",
         "trainer.progress_bar=false",
-        "algo.beta=0.05",
+        "algo.trl.beta=0.05",
         f"algo.kl.target={target}",
         f"hydra.run.dir={run}",
     )

@@ -1,6 +1,6 @@
-"""TRL 1.16's eight GRPO loss types and its loss knobs under `algo.*`: the GRPOConfig mapping (TRL's names and
-defaults), the one-line refusals of what a kernel backend cannot compute, and `build_trainer(...).train()` for every
-loss type with `kernels=trl`, `eager` and `fused`, the kernel paths logging TRL's own numbers."""
+"""TRL 1.16's eight GRPO loss types and its loss knobs under `algo.trl.*`: the one-line refusals of what a kernel
+backend cannot compute, and `build_trainer(...).train()` for every loss type with `kernels=trl`, `eager` and `fused`,
+the kernel paths logging TRL's own numbers."""
 
 from __future__ import annotations
 
@@ -10,30 +10,11 @@ import pytest
 import torch
 from trl import GRPOConfig
 
-from posttrain.algos.grpo.build import TRL_FIELDS, build_trainer, grpo_args
+from posttrain.algos.grpo.build import build_trainer
 from posttrain.config.compose import load_config
 from posttrain.config.validate import ConfigError
 from posttrain.kernels.registry import LOSS_TYPES, LOSSES
 from tests.algos.grpo.helpers import first_batch, make_trainer, perturb_lora
-
-# posttrain's own defaults where they differ from TRL's, on purpose (a KL term and the per-sequence mean by default)
-OWN_DEFAULTS = {"loss_type": "grpo", "beta": 0.04}
-# the GRPOConfig fields issue 25 names (loss types, knobs); each is an `algo` field of the same name
-ISSUE_FIELDS = {
-    "delta",
-    "top_entropy_quantile",
-    "entropy_coef",
-    "use_adaptive_entropy",
-    "off_policy_mask_threshold",
-    "vllm_importance_sampling_correction",
-    "vllm_importance_sampling_mode",
-    "vllm_importance_sampling_clip_min",
-    "vllm_importance_sampling_clip_max",
-    "multi_objective_aggregation",
-    "sync_ref_model",
-    "steps_per_generation",
-    "log_completions",
-}
 
 
 def test_loss_types_are_trls():
@@ -44,57 +25,20 @@ def test_loss_types_are_trls():
     assert set(LOSS_TYPES) == trl_types and len(LOSS_TYPES) == 8
 
 
-def test_algo_fields_carry_trls_names_and_defaults(tmp_path):
-    """Every mapped field is a GRPOConfig field whose default is TRL's (but the two posttrain picks on purpose), and
-    a non-default value on the command line reaches GRPOConfig."""
-    cfg = load_config([])
-    fields = GRPOConfig.__dataclass_fields__
-    assert ISSUE_FIELDS <= set(TRL_FIELDS) <= set(fields)
-    for name in TRL_FIELDS:
-        assert cfg.algo[name] == OWN_DEFAULTS.get(name, fields[name].default), name
-    for name in ("min_p", "repetition_penalty"):
-        assert cfg.algo.generation[name] == fields[name].default, name
-    overrides = [
-        "algo.loss_type=luspo",
-        "algo.importance_sampling_level=sequence",
-        "algo.delta=1.5",
-        "algo.off_policy_mask_threshold=0.5",
-        "algo.top_entropy_quantile=0.2",
-        "algo.entropy_coef=0.01",
-        "algo.use_adaptive_entropy=true",
-        "algo.multi_objective_aggregation=normalize_then_sum",
-        "algo.vllm_importance_sampling_mode=token_truncate",
-        "algo.vllm_importance_sampling_clip_min=0.5",
-        "algo.steps_per_generation=2",
-        "algo.log_completions=true",
-        "algo.generation.min_p=0.05",
-        "algo.generation.repetition_penalty=1.1",
-        "kernels=eager",
-    ]
-    args = grpo_args(load_config(overrides), tmp_path)
-    for override in overrides[:-1]:
-        key, value = override.split("=")
-        got = getattr(args, key.split(".")[-1])
-        assert str(got).lower() == value, (key, got)
-    assert args.generation_batch_size == args.per_device_train_batch_size * 2  # steps_per_generation=2
-
-
 @pytest.mark.parametrize(
     "overrides, needle",
     [
-        (["kernels=fused", "algo.entropy_coef=0.01"], "fused lacks (eager, chunked have it)"),
-        (["kernels=fused", "algo.use_adaptive_entropy=true"], "entropy gradient"),
-        (["kernels=pallas", "algo.top_entropy_quantile=0.5"], "pallas does not compute"),
-        (["algo.entropy_coef_min=0.5", "algo.entropy_coef_max=0.1"], "entropy_coef_min"),
-        (["algo.vllm_importance_sampling_clip_min=3", "algo.vllm_importance_sampling_clip_max=2"], "clip_min=3"),
-        (["algo.vllm_importance_sampling_mode=token_truncate", "algo.vllm_importance_sampling_clip_max=null"], "needs"),
-        (["algo.sync_ref_model=true"], "sync_ref_model"),  # LoRA by default: TRL cannot sync its reference
-        (["algo.top_entropy_quantile=1.5"], "algo.top_entropy_quantile"),
-        (["algo.loss_type=ppo"], "algo.loss_type"),
-        (["algo.vllm_importance_sampling_mode=seq"], "vllm_importance_sampling_mode"),
+        (["kernels=fused", "algo.trl.entropy_coef=0.01"], "fused lacks (eager, chunked have it)"),
+        (["kernels=fused", "algo.trl.use_adaptive_entropy=true"], "entropy gradient"),
+        (["kernels=pallas", "algo.trl.top_entropy_quantile=0.5"], "pallas does not compute"),
+        (["algo.trl.entropy_coef_min=0.5", "algo.trl.entropy_coef_max=0.1"], "entropy_coef_min"),
+        (["algo.trl.sync_ref_model=true"], "sync_ref_model"),  # LoRA by default: TRL cannot sync its reference
+        (["algo.trl.top_entropy_quantile=1.5"], "algo.trl.top_entropy_quantile"),
+        (["algo.trl.loss_type=ppo"], "algo.trl.loss_type"),
+        (["algo.trl.vllm_importance_sampling_mode=seq"], "vllm_importance_sampling_mode"),
         (
-            ["trainer.per_device_batch_size=4", "algo.num_generations=8", "algo.steps_per_generation=3"],
-            "per_device_batch_size*algo.steps_per_generation*devices=12",
+            ["trainer.per_device_batch_size=4", "algo.trl.num_generations=8", "algo.trl.steps_per_generation=3"],
+            "per_device_batch_size*algo.trl.steps_per_generation*devices=12",
         ),
     ],
 )
@@ -108,8 +52,8 @@ def test_what_cannot_run_is_one_line(overrides, needle):
     "overrides, kernel",
     [
         ([], "fused"),  # hw=cpu's kernel
-        (["algo.kl.estimator=k1", "algo.beta=0.01"], "fused"),  # every backend has every estimator
-        (["algo.use_adaptive_entropy=true"], "trl"),  # fused has no entropy gradient: TRL's own head
+        (["algo.kl.estimator=k1", "algo.trl.beta=0.01"], "fused"),  # every backend has every estimator
+        (["algo.trl.use_adaptive_entropy=true"], "trl"),  # fused has no entropy gradient: TRL's own head
     ],
 )
 def test_the_profiles_kernel_gives_way_to_one_that_computes_the_loss(overrides, kernel):
@@ -124,20 +68,25 @@ def test_the_profiles_kernel_gives_way_to_one_that_computes_the_loss(overrides, 
 def test_a_kernel_chosen_on_the_command_line_is_kept_or_refused():
     from posttrain.hardware import apply_profile
 
-    cfg = load_config(["kernels=trl", "algo.kl.estimator=k1", "algo.beta=0.01"])  # hw=cpu would pick fused
+    cfg = load_config(["kernels=trl", "algo.kl.estimator=k1", "algo.trl.beta=0.01"])  # hw=cpu would pick fused
     apply_profile(cfg, overrides={"kernels"})
     assert cfg.kernels.backend == "trl"
     with pytest.raises(ConfigError, match=r"^kernels=fused: the entropy bonus \(entropy_coef\) needs an entropy"):
-        load_config(["kernels=fused", "algo.entropy_coef=0.01"])
+        load_config(["kernels=fused", "algo.trl.entropy_coef=0.01"])
 
 
 def test_what_can_run_composes():
     for overrides in (
-        ["kernels=trl", "algo.kl.estimator=k2", "algo.beta=0.01", "algo.loss_type=luspo"],
-        ["kernels=fused", "algo.top_entropy_quantile=0.2", "algo.loss_type=cispo"],
-        ["kernels=eager", "algo.entropy_coef=0.01", "algo.use_adaptive_entropy=true"],
-        ["kernels=trl", "algo.loss_type=vespo", "algo.off_policy_mask_threshold=0.5", "algo.entropy_coef=0.01"],
-        ["algo.sync_ref_model=true", "model.lora.enabled=false"],
+        ["kernels=trl", "algo.kl.estimator=k2", "algo.trl.beta=0.01", "algo.trl.loss_type=luspo"],
+        ["kernels=fused", "algo.trl.top_entropy_quantile=0.2", "algo.trl.loss_type=cispo"],
+        ["kernels=eager", "algo.trl.entropy_coef=0.01", "algo.trl.use_adaptive_entropy=true"],
+        [
+            "kernels=trl",
+            "algo.trl.loss_type=vespo",
+            "algo.trl.off_policy_mask_threshold=0.5",
+            "algo.trl.entropy_coef=0.01",
+        ],
+        ["algo.trl.sync_ref_model=true", "model.lora.enabled=false"],
     ):
         load_config(overrides)
 
@@ -146,11 +95,11 @@ def _train(tmp_path, kernels: str, loss_type: str) -> list[dict]:
     cfg = load_config(
         [
             f"kernels={kernels}",
-            f"algo.loss_type={loss_type}",
+            f"algo.trl.loss_type={loss_type}",
             "trainer.max_steps=2",
             "trainer.per_device_batch_size=2",
-            "algo.num_generations=2",
-            "algo.max_completion_length=4",
+            "algo.trl.num_generations=2",
+            "algo.trl.max_completion_length=4",
             "trainer.progress_bar=false",
             # SGD at a large step: the second step's ratios, KL and metrics move, and stay comparable at 1e-5
             "hw.optimizer=sgd",
@@ -171,7 +120,7 @@ RATIO_METRIC = {"clip": "clip_ratio/region_mean", "cispo": "cispo_clip_ratio", "
     "loss_type", [t if t == "vespo" else pytest.param(t, marks=pytest.mark.slow) for t in LOSS_TYPES]
 )
 def test_every_loss_type_trains_on_trl_eager_and_fused(tmp_path, loss_type):
-    """`train.py algo.loss_type=L kernels=K trainer.max_steps=2` in-process for K in trl, eager, fused: two steps
+    """`train.py algo.trl.loss_type=L kernels=K trainer.max_steps=2` in-process for K in trl, eager, fused: two steps
     with a real update, and the kernel paths log TRL's numbers (loss, grad norm, KL, the loss type's metric)."""
     runs = {k: _train(tmp_path, k, loss_type) for k in ("trl", "eager", "fused")}
     ref = runs["trl"]
@@ -191,7 +140,7 @@ def test_every_loss_type_trains_on_trl_eager_and_fused(tmp_path, loss_type):
 @pytest.fixture(scope="module")
 def off_policy(tmp_path_factory):
     """One batch with old log-probs and a reference, the LoRA moved since (ratios and KL away from 1 and 0)."""
-    trainer = make_trainer(tmp_path_factory.mktemp("knobs"), "algo.beta=0.04", "algo.num_iterations=2")
+    trainer = make_trainer(tmp_path_factory.mktemp("knobs"), "algo.trl.beta=0.04", "algo.trl.num_iterations=2")
     inputs = first_batch(trainer)
     perturb_lora(trainer.model, scale=0.3)
     return trainer, inputs
@@ -275,17 +224,17 @@ def test_knobs_in_the_trainer_equal_trls_path(off_policy, case):
 
 
 def test_the_command_line_kernel_is_refused_before_hydra_writes_a_run_dir(capsys):
-    """`kernels=fused algo.entropy_coef=0.01`: the pre-check (before Hydra makes the run dir) refuses it in one line,
-    while a bare `algo.entropy_coef=0.01` passes it (hw=cpu's profile then gives way to TRL's head, which has it)."""
+    """`kernels=fused algo.trl.entropy_coef=0.01`: the pre-check (before Hydra makes the run dir) refuses it in one
+    line, while a bare `algo.trl.entropy_coef=0.01` passes it (hw=cpu's profile then gives way to TRL's head)."""
     from posttrain.cli import _precheck
 
     with pytest.raises(SystemExit) as ex:
-        _precheck(["kernels=fused", "algo.entropy_coef=0.01"])
+        _precheck(["kernels=fused", "algo.trl.entropy_coef=0.01"])
     assert ex.value.code == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert err == [
         "error: kernels=fused: the entropy bonus (entropy_coef) needs an entropy gradient, which fused lacks "
         "(eager, chunked have it)"
     ]
-    _precheck(["algo.entropy_coef=0.01"])
+    _precheck(["algo.trl.entropy_coef=0.01"])
     assert capsys.readouterr().err == ""

@@ -25,7 +25,7 @@ def rollout(tmp_path_factory):
         "model=tiny_gpt_oss",
         "model.arch.initializer_range=0.2",
         "model.dtype=bfloat16",
-        "algo.beta=0.04",
+        "algo.trl.beta=0.04",
     )
     model, tok = trainer.model.eval(), trainer.processing_class
     lm = causal_lm(model)

@@ -36,9 +36,9 @@ def _trainer(tmp_path, rewards, weights, eval_rows: int = 0) -> tuple[PosttrainG
         [
             "trainer.max_steps=1",
             "trainer.per_device_batch_size=8",
-            "algo.num_generations=4",
+            "algo.trl.num_generations=4",
             "trainer.progress_bar=false",
-            "algo.max_completion_length=4",
+            "algo.trl.max_completion_length=4",
         ]
     )
     torch.manual_seed(0)
@@ -99,7 +99,9 @@ def test_every_registered_reward_declares_its_range_and_bound_rewards_carry_it()
 
     assert set(RANGES) == set(REWARDS)
     specs = [{"name": "length_to_cap", "weight": 2.0}, {"name": "math", "weight": -0.5}]
-    funcs, weights = reward_functions(OmegaConf.create({"name": "x", "rewards": specs}))  # what the trainer gets
+    funcs, weights = reward_functions(
+        OmegaConf.create({"data": {"name": "x"}, "algo": {"rewards": specs}})
+    )  # what the trainer gets
     assert [f.value_range for f in funcs] == [(0.0, 1.0), (0.0, 1.0)]
     assert total_range(funcs, weights) == (-0.5, 2.0)
 

@@ -116,8 +116,8 @@ def test_grpo_generates_with_the_copy_synced_each_step(tmp_path):
             "kernels=fused",
             "trainer.max_steps=2",
             "trainer.per_device_batch_size=4",
-            "algo.num_generations=2",
-            "algo.max_completion_length=4",
+            "algo.trl.num_generations=2",
+            "algo.trl.max_completion_length=4",
         ]
     )
     trainer = build_trainer(cfg, tmp_path, [])

@@ -17,8 +17,8 @@ SMALL = [
     "model=tiny_llama",
     "trainer.progress_bar=false",
     "trainer.per_device_batch_size=8",
-    "algo.num_generations=4",
-    "algo.max_completion_length=6",
+    "algo.trl.num_generations=4",
+    "algo.trl.max_completion_length=6",
     "trainer.max_steps=1",
 ]
 
@@ -62,7 +62,7 @@ def test_mismatch_is_logged_and_zero_only_for_an_exact_copy(tmp_path, backend, k
 @pytest.mark.parametrize("mode", ["token_truncate", "sequence_mask"])
 def test_correction_is_the_same_on_trls_path_and_the_kernel_path(tmp_path, mode):
     common = ["algo.generation.backend=bf16_copy", "algo.sampler_correction=true"]
-    common += [f"algo.vllm_importance_sampling_mode={mode}", "algo.vllm_importance_sampling_clip_max=1.001"]
+    common += [f"algo.trl.vllm_importance_sampling_mode={mode}", "algo.trl.vllm_importance_sampling_clip_max=1.001"]
     trl = _trainer(tmp_path / "trl", *common, "kernels=trl")
     inputs = first_batch(trl)
     ratio = inputs["importance_sampling_ratio"]

@@ -16,7 +16,7 @@ from typing import Any
 
 from omegaconf import DictConfig
 
-from posttrain.algos.base import Algorithm, Workload
+from posttrain.algos.base import Algorithm, ModelCopy, Workload
 from posttrain.algos.d2l.config import D2LAlgoConfig, validate_d2l
 
 __all__ = ["ALGORITHM", "D2LAlgoConfig", "D2LModel", "GeneratedLoRA", "build_model", "load_d2l"]
@@ -102,10 +102,7 @@ class D2L(Algorithm):
             train_mode="frozen",
             loss_backend="materialized",
             adapted_modules=tuple(algo.target_modules),
-            encoder_copy=not enc.share_weights,
-            encoder_seqs=batch * chunks,
-            encoder_len=chunk,
-            encoder_layers=depth,
+            copies=() if enc.share_weights else (ModelCopy("context encoder", "frozen copy of the base"),),
             extra_kept_bytes=kept,
             extra_forward_bytes=forward,
             extra_note="hypernet input",

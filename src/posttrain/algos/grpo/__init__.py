@@ -1,9 +1,10 @@
 """`algo=grpo`: Group Relative Policy Optimization on TRL's `GRPOTrainer` (verifiable rewards, no critic).
 
-    python train.py algo=grpo data=arith algo.beta=0.04 algo.num_generations=8 kernels=fused
+    python train.py algo=grpo data=arith algo.trl.beta=0.04 algo.trl.num_generations=8 kernels=fused
 
-Modules: `config` (schema, rules), `build` (GRPOConfig mapping, trainer assembly), `trainer` (the TRL subclass),
-`kl_control` (adaptive beta), `rewards` (reward functions from `data.rewards`), `reward_hist`, `evaluate` (mode=eval).
+Modules: `config` (schema, rules), `trl_fields` (`algo.trl`: GRPOConfig's fields), `build` (GRPOConfig, trainer
+assembly), `trainer` (the TRL subclass),
+`kl_control` (adaptive beta), `rewards` (reward functions from `algo.rewards`), `reward_hist`, `evaluate` (mode=eval).
 This file is the algorithm's entry in the registry and stays light (no torch): composing a config imports it.
 """
 
@@ -14,8 +15,9 @@ from typing import Any
 
 from omegaconf import DictConfig, open_dict
 
-from posttrain.algos.base import Algorithm, Workload
+from posttrain.algos.base import Algorithm, KVCache, ModelCopy, Reservation, Workload
 from posttrain.algos.grpo.config import GRPOAlgoConfig, check_kernel, kernel_refusal, validate_grpo
+from posttrain.algos.grpo.trl_fields import SET_BY_POSTTRAIN
 from posttrain.errors import ConfigError
 from posttrain.rollout import BACKENDS as ROLLOUT_BACKENDS
 
@@ -41,17 +43,18 @@ class GRPO(Algorithm):
         "plots": {"reward.png": ("reward", "kl", "completions/mean_length")},
     }
     objective = "reward_last5_mean"
+    derived_keys = {f"algo.trl.{name}": setting for name, setting in SET_BY_POSTTRAIN.items()}
 
     def validate(self, cfg: DictConfig) -> None:
         validate_grpo(cfg)
 
     def batch_multiple(self, cfg: DictConfig) -> int:
-        return int(cfg.algo.num_generations)  # whole groups per generation batch
+        return int(cfg.algo.trl.num_generations)  # whole groups per generation batch
 
     def apply_hardware(self, cfg: DictConfig, given: set[str]) -> dict[str, Any]:
         """GRPO's defaults for this device (`device_defaults`), each unless the command line chose: the kernel
-        unless it cannot feed this config's loss (then TRL's own head, else the first backend that can), the vLLM
-        mode and memory share, and the generation backend (hw=cpu: the bf16 rollout copy; h200: the static-cache
+        unless it cannot feed this config's loss (then TRL's own head, else the first backend that can), and the
+        generation backend (hw=cpu: the bf16 rollout copy; h200: the static-cache
         copy). The
         backend applies to bf16 training, and on a CPU also to fp32 training of a pretrained model: decoding
         there is bound by reading the weights, which the bf16 copy halves (experiments/grpo_objectives, a CPU
@@ -81,11 +84,6 @@ class GRPO(Algorithm):
                 if able:
                     cfg.kernels.backend = applied["kernels.backend"] = able[0]
             check_kernel(cfg)
-            if own.vllm_mode and "algo.generation.vllm_mode" not in given and gen.vllm_mode != own.vllm_mode:
-                gen.vllm_mode = applied["algo.generation.vllm_mode"] = own.vllm_mode
-            if gen.vllm_gpu_memory_utilization is None and own.vllm_gpu_memory_utilization > 0:
-                gen.vllm_gpu_memory_utilization = own.vllm_gpu_memory_utilization
-                applied["algo.generation.vllm_gpu_memory_utilization"] = own.vllm_gpu_memory_utilization
             backend = own.generation_backend
             cpu_pretrained = hw.device == "cpu" and not cfg.model.get("tiny", False)
             wanted = backend and (hw.precision == "bf16" or cpu_pretrained) and gen.backend == "hf"
@@ -125,11 +123,11 @@ class GRPO(Algorithm):
         from posttrain.rollout import BACKENDS as ROLLOUT_BACKENDS
         from posttrain.rollout import STATIC_CACHE, copy_dtype
 
-        algo, batch = cfg.algo, int(cfg.trainer.per_device_batch_size)
-        k = int(algo.num_generations)
+        algo, trl, batch = cfg.algo, cfg.algo.trl, int(cfg.trainer.per_device_batch_size)
+        k = int(trl.num_generations)
         longest = _longest_prompt(cfg)
         prompt = longest or int(algo.max_prompt_length)
-        completion = int(algo.max_completion_length)
+        completion = int(trl.max_completion_length)
         seq = prompt + completion
         gen = batch * int(cfg.trainer.grad_accum)
         prompts = f"{gen / k:g}" if gen % k else str(gen // k)
@@ -141,9 +139,21 @@ class GRPO(Algorithm):
         cast = cfg.hw.precision != "fp32" and not (backend in BACKENDS and BACKENDS[backend].fp32_softmax)
         tied = bool(getattr(hf_config(cfg.model), "tie_word_embeddings", False))
         copy = ROLLOUT_BACKENDS[gen_backend].merged_copy
-        static_len = 0
+        gen_dtype = copy_dtype(gen_backend, cfg.hw.precision) if copy else None
+        copies: list[ModelCopy] = []
+        if float(trl.beta) > 0 and not lora:
+            copies.append(ModelCopy("reference model", "frozen copy (beta > 0, no LoRA)"))
+        if copy:
+            packed = cfg.hw.device == "cpu" and gen_dtype == "bfloat16"
+            copies.append(ModelCopy("rollout copy", f"merged copy in {gen_dtype}", gen_dtype, packed_linears=packed))
+        caches: tuple[KVCache, ...] = ()
         if gen_backend in STATIC_CACHE:
-            static_len = int(algo.max_prompt_length) + completion
+            positions = int(algo.max_prompt_length) + completion
+            where = "the copy's" if copy else "the policy's"
+            note = f"{where}: {gen} sequences x {positions} positions, every layer full-length"
+            caches = (KVCache("static KV cache", gen, positions, gen_dtype, note),)
+        share = _vllm_share(cfg) if vllm and trl.vllm_mode == "colocate" else 0.0
+        reserved = (Reservation("vLLM (colocated)", share, f"gpu_memory_utilization={share}"),) if share else ()
         lengths = f"longest prompt of data={cfg.data.name}: {longest}" if longest else "algo.max_prompt_length"
         return Workload(
             seqs=batch,
@@ -157,21 +167,20 @@ class GRPO(Algorithm):
             batch_multiple=k,
             head_weight_fp32=cast and not (lora and tied),
             head_compute_fp32=cast,
-            score_seqs=batch if float(algo.beta) > 0 or int(algo.num_iterations) > 1 or vllm else 0,
+            score_seqs=batch if float(trl.beta) > 0 or int(trl.num_iterations) > 1 or vllm else 0,
             gen_seqs=0 if vllm else gen,
             gen_len=seq,
             gen_prompt_len=prompt,
-            vllm_share=_vllm_share(cfg) if vllm and algo.generation.vllm_mode == "colocate" else 0.0,
+            gen_dtype=gen_dtype,
+            copies=tuple(copies),
+            caches=caches,
+            reserved=reserved,
             # the cheap fixes the memory planner may try: vLLM as a server; sampling from the policy with HF's
             # generate instead of a merged copy or a static cache
             memory_options=(
-                *(("algo.generation.vllm_mode=server",) if vllm and algo.generation.vllm_mode == "colocate" else ()),
-                *(("algo.generation.backend=hf",) if copy or static_len else ()),
+                *(("algo.trl.vllm_mode=server",) if vllm and trl.vllm_mode == "colocate" else ()),
+                *(("algo.generation.backend=hf",) if copy or caches else ()),
             ),
-            ref_copy=float(algo.beta) > 0 and not lora,
-            rollout_copy_dtype=copy_dtype(gen_backend, cfg.hw.precision) if copy else None,
-            rollout_packed=copy and cfg.hw.device == "cpu" and copy_dtype(gen_backend, cfg.hw.precision) == "bfloat16",
-            static_cache_len=static_len,
         )
 
     def build_trainer(self, cfg: DictConfig, run_dir: Path, callbacks: list) -> Any:
@@ -180,7 +189,7 @@ class GRPO(Algorithm):
         return build_trainer(cfg, run_dir, callbacks)
 
     def summarize(self, cfg: DictConfig, trainer: Any, run_dir: Path) -> dict[str, Any]:
-        """Held-out greedy accuracy before and after training (`data.heldout` > 0)."""
+        """Held-out greedy accuracy before and after training (`algo.heldout` > 0)."""
         from posttrain.algos.grpo.heldout import heldout_summary
 
         return heldout_summary(cfg, trainer, run_dir)
@@ -201,11 +210,8 @@ class GRPO(Algorithm):
 
 
 def _vllm_share(cfg: DictConfig) -> float:
-    """The device share a colocated vLLM reserves: `algo.generation.vllm_gpu_memory_utilization`, else the device's."""
-    from posttrain.algos.grpo.device_defaults import device_defaults
-
-    share = cfg.algo.generation.vllm_gpu_memory_utilization
-    return float(device_defaults(cfg.hw).vllm_gpu_memory_utilization if share is None else share)
+    """The device share a colocated vLLM reserves (TRL's `vllm_gpu_memory_utilization`)."""
+    return float(cfg.algo.trl.vllm_gpu_memory_utilization)
 
 
 def _longest_prompt(cfg: DictConfig) -> int | None:

@@ -3,14 +3,15 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 from omegaconf import DictConfig
 
-from posttrain.config.ranges import num
+from posttrain.algos.grpo.trl_fields import trl_schema
+from posttrain.config.ranges import free, num
 from posttrain.config.validate import ConfigError, check_choices
 from posttrain.kernels.registry import (
     IS_LEVELS,
-    KL_BIAS_CORRECTION,
     KL_ESTIMATORS,
     LOSS_TYPES,
     SAMPLING_IS_MODES,
@@ -22,9 +23,9 @@ from posttrain.rollout import SAMPLERS
 
 @dataclass
 class KLConfig:
-    estimator: str = "k3"  # k1 | k2 | k3 (TRL's loss has k3; k1/k2 are added over it: algos/grpo/kl_estimators.py)
-    # KL term times the importance ratio (TRL's use_bias_correction_kl and its default; DeepSeek-V3.2)
-    bias_correction: bool = KL_BIAS_CORRECTION
+    # k1 | k2 | k3 (TRL's loss has k3; k1/k2 are added over it: algos/grpo/kl_estimators.py); the coefficient is
+    # algo.trl.beta, the importance-ratio factor algo.trl.use_bias_correction_kl
+    estimator: str = "k3"
     # adaptive beta toward this per-token KL; null: fixed beta
     target: float | None = num(None, gt=0, note="or null: fixed beta")
     horizon: int | None = num(None, gt=0)  # steps; null: proportional rule (posttrain.algos.grpo.kl_control)
@@ -35,17 +36,10 @@ class KLConfig:
 @dataclass
 class GenerationConfig:
     # the rollout engine (posttrain.rollout): hf (TRL's generate on the policy) | bf16_copy (merged bf16 copy, CPU) |
-    # static (merged copy, static KV cache, compiled decode) | vllm (TRL's vLLM)
+    # static (merged copy, static KV cache, compiled decode) | vllm (TRL's vLLM: algo.trl.vllm_mode and the other
+    # algo.trl.vllm_* fields). The sampling parameters are TRL's: algo.trl.temperature, top_p, top_k, min_p, ...
     backend: str = "hf"
-    vllm_mode: str = "colocate"  # colocate | server
-    # share of device memory a colocated vLLM reserves (vLLM: (0, 1]); null: the device's (device_defaults: 0.3)
-    vllm_gpu_memory_utilization: float | None = num(None, gt=0, le=1)
     compile: bool | None = None  # static: compile the decode step (null: on CUDA only, where it is CUDA graphs)
-    temperature: float = num(1.0, gt=0)  # transformers GenerationConfig; TRL divides logits by it
-    top_p: float = num(1.0, gt=0, le=1)  # TRL GRPOConfig, vLLM SamplingParams
-    top_k: int = num(0, ge=0, note="0: off")
-    min_p: float | None = num(None, ge=0, le=1, note="or null: off")  # scaled by the top token's probability
-    repetition_penalty: float = num(1.0, gt=0, note="1: off")  # > 1 favours new tokens
     # how a merged copy (bf16_copy | static) draws each token: multinomial (transformers' torch.multinomial) |
     # inverse_cdf (one uniform per row: the same distribution, another random stream; ~20 ms less per decode step of
     # 16 rows on a 2-core CPU, posttrain.rollout.inverse_cdf)
@@ -64,89 +58,62 @@ class DynamicSamplingConfig:
     refill_groups: int | None = num(None, ge=1)
 
 
+TRLGRPOConfig = trl_schema()
+
+
 @dataclass
 class GRPOAlgoConfig:
     name: str = "grpo"
-    # completions per prompt (one group); trainer.per_device_batch_size counts completions
-    num_generations: int = num(8, ge=2, note="advantages are per group")
+    # TRL's GRPOConfig fields, with TRL's names, types and defaults (posttrain.algos.grpo.trl_fields): the loss type
+    # and its knobs, beta, the group size (num_generations; trainer.per_device_batch_size counts completions),
+    # sampling, vLLM. GRPOConfig validates them.
+    trl: TRLGRPOConfig = field(default_factory=TRLGRPOConfig)  # type: ignore[valid-type]
     max_prompt_length: int = num(256, gt=0)  # a guard: longer prompts are refused (TRL does not truncate)
-    max_completion_length: int = num(16, gt=0)
-    # grpo | bnpo | dr_grpo | dapo | cispo | sapo | luspo | vespo (posttrain.kernels.registry.LOSSES). grpo, not TRL's
-    # dapo: on the make-train preset (on-policy, where the types differ only in normalisation: sapo's gradient is
-    # grpo's, cispo's dapo's) dapo - grpo was +0.06 [-0.46, +0.58] held-out over 3 seeds, no reason to change the
-    # loss the preset's 5-seed robustness was measured with (experiments/grpo_objectives)
-    loss_type: str = "grpo"
-    beta: float = num(0.04, ge=0)  # KL coefficient (0: no reference model)
-    epsilon: float = num(0.2, ge=0)  # clip range [1 - epsilon, 1 + epsilon_high]
-    epsilon_high: float | None = num(None, ge=0)  # null: epsilon (cispo: the cap of its ratio, ScaleRL uses 5)
-    # The rest are TRL 1.16 GRPOConfig's knobs, with its names, meanings and defaults.
-    delta: float | None = num(None, gt=0, note="or null: off")  # two-sided clip: ratio capped at delta (INTELLECT-2)
-    sapo_temperature_pos: float = num(1.0, gt=0)  # sapo's gate temperature for positive advantages
-    sapo_temperature_neg: float = num(1.05, gt=0)  # ... and for the others
-    vespo_k_pos: float = num(2.0, ge=0)  # vespo's gamma weight w^k e^(-lambda w), advantage >= 0
-    vespo_lambda_pos: float = num(3.0, ge=0)
-    vespo_k_neg: float = num(3.0, ge=0)  # ... advantage < 0
-    vespo_lambda_neg: float = num(2.0, ge=0)
-    # drop sequences with negative advantage whose mean log(pi_sampler / pi) exceeds it (DeepSeek-V3.2)
-    off_policy_mask_threshold: float | None = num(None, gt=0, note="or null: off")
-    top_entropy_quantile: float = num(1.0, ge=0, le=1)  # policy loss on the top quantile of tokens by entropy
-    entropy_coef: float = num(0.0, note="0: off")  # minus coef x mean token entropy, on every loss type
-    use_adaptive_entropy: bool = False  # Skywork-OR1: coef += delta below entropy_target, -= above
-    entropy_coef_min: float = num(0.0, ge=0)
-    entropy_coef_max: float = num(1.0, ge=0)
-    entropy_coef_delta: float = num(0.005, ge=0)
-    entropy_target: float = num(0.2, ge=0)  # nats per token; the bonus only applies at or below it
-    scale_rewards: str = "group"  # group | batch | none
-    multi_objective_aggregation: str = "sum_then_normalize"  # sum_then_normalize | normalize_then_sum (GDPO)
-    importance_sampling_level: str = "token"  # token | sequence
-    num_iterations: int = num(1, gt=0)
-    steps_per_generation: int | None = num(None, gt=0, note="or null: trainer.grad_accum")  # micro-batches/rollout
-    mask_truncated_completions: bool = False
-    sync_ref_model: bool = False  # TR-DPO: ref <- alpha * policy + (1 - alpha) * ref every ref_model_sync_steps
-    ref_model_mixup_alpha: float = num(0.6, ge=0, le=1)
-    ref_model_sync_steps: int = num(512, gt=0)
-    # vLLM rollouts: the policy term times pi_old / pi_vllm, per token or sequence, truncated or masked to [min, max]
-    vllm_importance_sampling_correction: bool = True
-    # the same correction for a merged rollout copy (generation.backend bf16_copy | static), with the mode and
-    # bounds below: an extra policy pass per generation batch (posttrain.algos.grpo.sampler_mismatch)
+    # The task's verifiable rewards: [{name, weight, kwargs}] resolved by posttrain.rewards.build; each GRPO task in
+    # conf/data/ sets its own.
+    rewards: list[dict[str, Any]] = free([], "names, weights and kwargs, checked by posttrain.rewards.build")
+    # held-out problems scored by greedy decoding before and after training with the `math` reward's answer checker
+    # (summary: heldout_acc_before/after); 0 turns it off. Needs an `answer` column and a test split (data=add: 200).
+    heldout: int = num(0, ge=0)
+    heldout_batch_size: int = num(50, gt=0)
+    # the vLLM importance-sampling correction (algo.trl.vllm_importance_sampling_*) for a merged rollout copy
+    # (generation.backend bf16_copy | static): an extra policy pass per generation batch (algos/grpo/sampler_mismatch)
     sampler_correction: bool = False
-    vllm_importance_sampling_mode: str = "sequence_mask"  # token_truncate | token_mask | sequence_truncate | ..._mask
-    vllm_importance_sampling_clip_min: float | None = num(None, ge=0, note="or null: no lower bound")
-    vllm_importance_sampling_clip_max: float | None = num(3.0, gt=0, note="or null: no upper bound")
     # each distinct prompt computed once per batch (posttrain.models.shared_prompt): the rollout copy's prefill
     # (generation.backend=bf16_copy) and the learner's forward on the kernel path (kernels != trl; not under
     # gradient checkpointing, FSDP or DeepSpeed). make train (4 prompts x 4): 0.74x the step time, same loss and grads
     share_prompts: bool = True
-    log_completions: bool = False  # print a sample of prompts and completions every logging step (rich; wandb)
     kl: KLConfig = field(default_factory=KLConfig)
     generation: GenerationConfig = field(default_factory=GenerationConfig)
     dynamic_sampling: DynamicSamplingConfig = field(default_factory=DynamicSamplingConfig)
 
 
+# the choices posttrain branches on, refused at compose time (TRL checks its others when GRPOConfig is built)
 CHOICES = {
-    "loss_type": LOSS_TYPES,
-    "scale_rewards": ("group", "batch", "none"),
-    "multi_objective_aggregation": ("sum_then_normalize", "normalize_then_sum"),
-    "vllm_importance_sampling_mode": SAMPLING_IS_MODES,
-    "importance_sampling_level": IS_LEVELS,
+    "trl.loss_type": LOSS_TYPES,
+    "trl.scale_rewards": ("group", "batch", "none"),
+    "trl.multi_objective_aggregation": ("sum_then_normalize", "normalize_then_sum"),
+    "trl.vllm_importance_sampling_mode": SAMPLING_IS_MODES,
+    "trl.importance_sampling_level": IS_LEVELS,
+    "trl.vllm_mode": ("colocate", "server"),
     "kl.estimator": KL_ESTIMATORS,
     "generation.backend": tuple(ROLLOUT_BACKENDS),
-    "generation.vllm_mode": ("colocate", "server"),
     "generation.sampler": SAMPLERS,
 }
 
 
 def validate_grpo(cfg: DictConfig) -> None:
-    algo = cfg.algo
+    algo, trl = cfg.algo, cfg.algo.trl
     check_choices(algo, CHOICES, prefix="algo.")
-    steps = algo.steps_per_generation or cfg.trainer.grad_accum
-    global_batch = cfg.trainer.per_device_batch_size * steps * cfg.hw.num_devices
-    if global_batch % algo.num_generations:
-        steps_name = "algo.steps_per_generation" if algo.steps_per_generation else "grad_accum"
-        raise ConfigError(
-            f"algo.num_generations={algo.num_generations} must divide the generation batch "
-            f"(per_device_batch_size*{steps_name}*devices={global_batch})"
-        )
+    if trl.generation_batch_size is None:  # else GRPOConfig checks it against the processes it sees
+        steps = trl.steps_per_generation or cfg.trainer.grad_accum
+        global_batch = cfg.trainer.per_device_batch_size * steps * cfg.hw.num_devices
+        if global_batch % trl.num_generations:
+            steps_name = "algo.trl.steps_per_generation" if trl.steps_per_generation else "grad_accum"
+            raise ConfigError(
+                f"algo.trl.num_generations={trl.num_generations} must divide the generation batch "
+                f"(per_device_batch_size*{steps_name}*devices={global_batch})"
+            )
     rollout = ROLLOUT_BACKENDS[algo.generation.backend]
     if cfg.hw.device not in rollout.devices:
         others = [b for b, row in ROLLOUT_BACKENDS.items() if cfg.hw.device in row.devices]
@@ -162,7 +129,11 @@ def validate_grpo(cfg: DictConfig) -> None:
             "shards: use hf (TRL gathers the weights for generation) or vllm"
         )
     if algo.sampler_correction and not rollout.engine:
-        hint = "vllm_importance_sampling_correction" if rollout.name == "vllm" else "bf16_copy, static or static_policy"
+        hint = (
+            "algo.trl.vllm_importance_sampling_correction"
+            if rollout.name == "vllm"
+            else "bf16_copy, static or static_policy"
+        )
         raise ConfigError(
             f"algo.sampler_correction=true corrects a posttrain rollout engine's samples; algo.generation.backend="
             f"{rollout.name} samples with {'vLLM' if rollout.name == 'vllm' else 'TRL'} (use {hint})"
@@ -173,18 +144,18 @@ def validate_grpo(cfg: DictConfig) -> None:
         raise ConfigError("algo.dynamic_sampling.enabled=true runs on one process (hw.num_devices=1)")
     if algo.kl.beta_min > algo.kl.beta_max:
         raise ConfigError(f"algo.kl.beta_min={algo.kl.beta_min} must be <= algo.kl.beta_max={algo.kl.beta_max}")
-    if algo.kl.target is not None and algo.beta == 0:
-        raise ConfigError("algo.kl.target is set but algo.beta=0: adaptive beta needs a starting beta > 0")
+    if algo.kl.target is not None and trl.beta == 0:
+        raise ConfigError("algo.kl.target is set but algo.trl.beta=0: adaptive beta needs a starting beta > 0")
     _validate_loss_knobs(cfg)
 
 
 def kernel_refusal(cfg: DictConfig, backend: str) -> str | None:
     """Why kernel `backend` cannot give TRL's loss what this config needs (None if it can): `registry.refusal`."""
-    algo = cfg.algo
+    trl = cfg.algo.trl
     return refusal(
         backend,
-        top_entropy_quantile=algo.top_entropy_quantile,
-        entropy_bonus=algo.entropy_coef != 0 or algo.use_adaptive_entropy,
+        top_entropy_quantile=trl.top_entropy_quantile,
+        entropy_bonus=trl.entropy_coef != 0 or trl.use_adaptive_entropy,
     )
 
 
@@ -196,27 +167,23 @@ def check_kernel(cfg: DictConfig) -> None:
 
 
 def _validate_loss_knobs(cfg: DictConfig) -> None:
-    """What the kernel backend cannot compute (`registry.refusal`), and TRL's own rules for its knobs (which TRL
-    would raise only when the trainer is built, after the model loaded)."""
-    algo = cfg.algo
-    vllm_is = algo.generation.backend == "vllm" and algo.vllm_importance_sampling_correction
+    """What the kernel backend cannot compute (`registry.refusal`), and TRL's rules that TRL checks only when the
+    trainer is built (those of GRPOConfig.__post_init__ are GRPOConfig's: `build.grpo_args`)."""
+    trl = cfg.algo.trl
+    vllm_is = cfg.algo.generation.backend == "vllm" and trl.vllm_importance_sampling_correction
     check_kernel(cfg)  # the command line's kernel (or trl); a device default is checked by GRPO.apply_hardware
-    if algo.entropy_coef_min > algo.entropy_coef_max:
+    if trl.entropy_coef_min > trl.entropy_coef_max:
         raise ConfigError(
-            f"algo.entropy_coef_min={algo.entropy_coef_min} must be <= algo.entropy_coef_max={algo.entropy_coef_max}"
+            f"algo.trl.entropy_coef_min={trl.entropy_coef_min} must be <= "
+            f"algo.trl.entropy_coef_max={trl.entropy_coef_max}"
         )
-    low, high = algo.vllm_importance_sampling_clip_min, algo.vllm_importance_sampling_clip_max
-    if low is not None and high is not None and low >= high:
+    mode = trl.vllm_importance_sampling_mode
+    if trl.loss_type == "vespo" and vllm_is and not mode.startswith("token"):
         raise ConfigError(
-            f"algo.vllm_importance_sampling_clip_min={low} must be < algo.vllm_importance_sampling_clip_max={high}"
+            f"algo.trl.loss_type=vespo with vLLM needs a token_* algo.trl.vllm_importance_sampling_mode, not {mode}"
         )
-    mode = algo.vllm_importance_sampling_mode
-    if algo.vllm_importance_sampling_correction and mode.endswith("truncate") and low is None and high is None:
-        raise ConfigError(f"algo.vllm_importance_sampling_mode={mode} needs a clip_min or clip_max")
-    if algo.loss_type == "vespo" and vllm_is and not mode.startswith("token"):
-        raise ConfigError(f"algo.loss_type=vespo with vLLM needs a token_* vllm_importance_sampling_mode, not {mode}")
-    if algo.sync_ref_model and (algo.beta == 0 or cfg.model.lora.enabled):
+    if trl.sync_ref_model and (trl.beta == 0 or cfg.model.lora.enabled):
         raise ConfigError(
-            "algo.sync_ref_model=true needs a reference model of its own: algo.beta > 0 and model.lora.enabled=false "
-            "(TRL cannot sync a LoRA policy's reference)"
+            "algo.trl.sync_ref_model=true needs a reference model of its own: algo.trl.beta > 0 and "
+            "model.lora.enabled=false (TRL cannot sync a LoRA policy's reference)"
         )

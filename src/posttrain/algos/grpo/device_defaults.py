@@ -1,5 +1,6 @@
-"""GRPO's device-dependent defaults: the log-prob kernel, the rollout engine and its sampler, vLLM's mode and memory
-share, by hardware profile (`hw.name`) and else by device kind (`hw.device`).
+"""GRPO's device-dependent defaults: the log-prob kernel, the rollout engine and its sampler, by hardware profile
+(`hw.name`) and else by device kind (`hw.device`). vLLM's mode and memory share are TRL's (`algo.trl.vllm_mode`,
+`algo.trl.vllm_gpu_memory_utilization`: colocated, 0.3), the same on every CUDA profile measured.
 
 The profiles in conf/hw/ describe the device only; `GRPO.apply_hardware` applies these where the command line left
 the key, each a speed default chosen by the measurement beside it (a loss the chosen kernel cannot feed falls back
@@ -19,8 +20,6 @@ class DeviceDefaults:
     # left it `hf` (a merged copy only while it takes at most GPU_COPY_SHARE / CPU_COPY_SHARE of the device)
     generation_backend: str | None = None
     generation_sampler: str | None = None  # a rollout engine's `algo.generation.sampler`; None: the algorithm's
-    vllm_mode: str | None = None  # `algo.generation.vllm_mode` where vLLM runs
-    vllm_gpu_memory_utilization: float = 0.0  # the device share a colocated vLLM reserves (0: no vLLM here)
 
 
 BY_DEVICE: dict[str, DeviceDefaults] = {
@@ -29,15 +28,13 @@ BY_DEVICE: dict[str, DeviceDefaults] = {
     # CPU, ~20 ms of a 16-row decode step of SmolLM2 (posttrain.rollout.inverse_cdf)
     "cpu": DeviceDefaults(kernels="fused", generation_backend="bf16_copy", generation_sampler="inverse_cdf"),
     # hf and TRL's head until measured on the card (the H200's choices below)
-    "cuda": DeviceDefaults(vllm_mode="colocate", vllm_gpu_memory_utilization=0.3),
+    "cuda": DeviceDefaults(),
     "xla": DeviceDefaults(kernels="pallas"),
 }
 BY_PROFILE: dict[str, DeviceDefaults] = {
     # static: GRPO step 0.22 s vs 0.78 s (hf); fused: loss fwd+bwd 10.3 ms vs 12.6 (TRL chunked) at 2048x2880x201088,
     # fastest at all 3 shapes (experiments/gpu)
-    "h200": DeviceDefaults(
-        kernels="fused", generation_backend="static", vllm_mode="colocate", vllm_gpu_memory_utilization=0.3
-    ),
+    "h200": DeviceDefaults(kernels="fused", generation_backend="static"),
 }
 
 

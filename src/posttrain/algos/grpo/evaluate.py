@@ -48,8 +48,8 @@ def score(cfg: DictConfig, model: Any, tokenizer: Any, n_prompts: int, samples: 
         data_cfg.num_train = n_prompts
         data_cfg.split = "test"  # generators with a held-out split use it (data=add); the others ignore it
     ds = build_grpo_dataset(data_cfg, tokenizer, cfg.algo.max_prompt_length)
-    funcs, weights = reward_functions(cfg.data)
-    gen = cfg.algo.generation
+    funcs, weights = reward_functions(cfg)
+    gen = cfg.algo.trl  # TRL's sampling fields, as training samples
     totals: dict[str, list[float]] = {f.__name__: [] for f in funcs}
     totals["reward"] = []
     for row in ds:
@@ -58,7 +58,7 @@ def score(cfg: DictConfig, model: Any, tokenizer: Any, n_prompts: int, samples: 
             model,
             tokenizer,
             [prompt],
-            max_new_tokens=cfg.algo.max_completion_length,
+            max_new_tokens=cfg.algo.trl.max_completion_length,
             num_return_sequences=samples,
             do_sample=True,
             temperature=gen.temperature,
@@ -93,7 +93,7 @@ def evaluate(cfg: DictConfig, run_dir: Path, checkpoint: Path | None) -> dict[st
         "eval_prompts": n,
     }
     summary.update(score(cfg, model, tokenizer, n))
-    if cfg.data.heldout:
+    if cfg.algo.heldout:
         from posttrain.algos.grpo.heldout import heldout_accuracy
 
         summary["heldout_acc"] = heldout_accuracy(cfg, model, tokenizer, run_dir, "eval")["acc"]

@@ -1,4 +1,4 @@
-"""Held-out accuracy for GRPO: greedy decoding on `data.heldout` problems of the task's test split, scored with the
+"""Held-out accuracy for GRPO: greedy decoding on `algo.heldout` problems of the task's test split, scored with the
 task's own `math` reward (same checker and options as in training), before and after training.
 
 Each call writes `heldout_<tag>.jsonl` in the run dir (prompt, answer, completion, correct per problem), so
@@ -21,35 +21,35 @@ from posttrain.models.generation import generate
 CHECKER = "math"
 
 
-def heldout_checker(data_cfg: DictConfig) -> Callable[..., list[float]]:
-    """The `math` reward exactly as `data.rewards` configures it (the checker the reward trains on)."""
+def heldout_checker(algo_cfg: DictConfig) -> Callable[..., list[float]]:
+    """The `math` reward exactly as `algo.rewards` configures it (the checker the reward trains on)."""
     from posttrain.rewards import build
 
-    specs = [s for s in OmegaConf.to_container(data_cfg.rewards, resolve=True) if s.get("name") == CHECKER]
+    specs = [s for s in OmegaConf.to_container(algo_cfg.rewards, resolve=True) if s.get("name") == CHECKER]
     if not specs:
-        raise ConfigError(f"data.heldout={data_cfg.heldout} needs a `{CHECKER}` reward in data.rewards (its checker)")
+        raise ConfigError(f"algo.heldout={algo_cfg.heldout} needs a `{CHECKER}` reward in algo.rewards (its checker)")
     spec = {k: v for k, v in specs[0].items() if k != "weight"}
     return build([spec])[0][0]
 
 
 def heldout_accuracy(cfg: DictConfig, model: Any, tokenizer: Any, run_dir: Path | None, tag: str) -> dict[str, Any]:
-    """`{"acc", "n", "seconds", "correct"}` over the first `data.heldout` test problems (`correct`: per problem, in
+    """`{"acc", "n", "seconds", "correct"}` over the first `algo.heldout` test problems (`correct`: per problem, in
     order); per-problem rows to run_dir."""
     from posttrain.data.grpo import build_grpo_dataset
 
     data_cfg = cfg.data.copy()
     OmegaConf.set_readonly(data_cfg, False)  # a changed copy; the run's own config stays read-only
     with open_dict(data_cfg):
-        data_cfg.split, data_cfg.num_train = "test", cfg.data.heldout
+        data_cfg.split, data_cfg.num_train = "test", cfg.algo.heldout
     ds = build_grpo_dataset(data_cfg, tokenizer, cfg.algo.max_prompt_length)
-    checker = heldout_checker(cfg.data)
+    checker = heldout_checker(cfg.algo)
     start = time.time()
     completions, _ = generate(
         model,
         tokenizer,
         list(ds["prompt"]),
-        max_new_tokens=cfg.algo.max_completion_length,
-        batch_size=cfg.data.heldout_batch_size,
+        max_new_tokens=cfg.algo.trl.max_completion_length,
+        batch_size=cfg.algo.heldout_batch_size,
     )
     columns = {k: list(ds[k]) for k in ds.column_names if k != "prompt"}
     correct = checker(list(ds["prompt"]), completions, **columns)
@@ -64,9 +64,9 @@ def heldout_accuracy(cfg: DictConfig, model: Any, tokenizer: Any, run_dir: Path 
 
 
 def heldout_summary(cfg: DictConfig, trainer: Any, run_dir: Path) -> dict[str, Any]:
-    """`heldout_acc_before` / `_after` (and n, seconds) for summary.json when `data.heldout` > 0."""
+    """`heldout_acc_before` / `_after` (and n, seconds) for summary.json when `algo.heldout` > 0."""
     before = getattr(trainer, "heldout_before", None)
-    if not cfg.data.heldout or before is None:
+    if not cfg.algo.heldout or before is None:
         return {}
     after = heldout_accuracy(cfg, trainer.model, trainer.processing_class, run_dir, "after")
     return {

@@ -1,4 +1,4 @@
-"""Reward functions from `data.rewards`, wrapped so a failing reward stops training with a clear message."""
+"""Reward functions from `algo.rewards`, wrapped so a failing reward stops training with a clear message."""
 
 from __future__ import annotations
 
@@ -29,14 +29,15 @@ def _guard(fn: Callable) -> Callable:
     return guarded
 
 
-def reward_functions(data_cfg: DictConfig) -> tuple[list[Callable], list[float]]:
+def reward_functions(cfg: DictConfig) -> tuple[list[Callable], list[float]]:
+    """The task's reward functions (`algo.rewards`, which each GRPO task in conf/data/ sets) and their weights."""
     from posttrain.rewards import build
 
-    specs = OmegaConf.to_container(data_cfg.rewards, resolve=True)
+    specs = OmegaConf.to_container(cfg.algo.rewards, resolve=True)
     if not specs:
-        raise ConfigError(f"data={data_cfg.name} defines no rewards (data.rewards) for GRPO")
+        raise ConfigError(f"data={cfg.data.name} sets no GRPO rewards: give algo.rewards=[{{name: ..., weight: ...}}]")
     try:
         funcs, weights = build(specs)  # type: ignore[arg-type]
     except (KeyError, TypeError, ValueError) as ex:
-        raise ConfigError(f"data.rewards: {ex.args[0] if ex.args else ex}") from None
+        raise ConfigError(f"algo.rewards: {ex.args[0] if ex.args else ex}") from None
     return [_guard(f) for f in funcs], weights

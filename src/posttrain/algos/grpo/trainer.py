@@ -59,7 +59,7 @@ from posttrain.rollout.engine import RolloutEngine
 
 class PosttrainGRPOTrainer(AtomicCheckpointMixin, LoraPlusMixin, DynamicSamplingMixin, KernelLogpsMixin, GRPOTrainer):
     args: GRPOConfig
-    heldout_before: dict[str, Any] | None = None  # held-out accuracy of the starting model (data.heldout)
+    heldout_before: dict[str, Any] | None = None  # held-out accuracy of the starting model (algo.heldout)
     trl_kl_estimators: tuple[str, ...] = ("k3",)  # what TRL's loss adds itself; the others: `kl_estimators`
 
     def __init__(
@@ -229,7 +229,8 @@ class PosttrainGRPOTrainer(AtomicCheckpointMixin, LoraPlusMixin, DynamicSampling
         saved = self.state.stateful_callbacks.get(AdaptiveBeta.__name__)
         if saved is None:
             logging.getLogger(__name__).warning(
-                "the checkpoint holds no adaptive-beta state: beta restarts at algo.beta=%g", self.kl_controller.beta
+                "the checkpoint holds no adaptive-beta state: beta restarts at algo.trl.beta=%g",
+                self.kl_controller.beta,
             )
         else:
             self.kl_controller.beta = float(saved["args"]["beta"])
