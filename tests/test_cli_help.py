@@ -27,3 +27,34 @@ def test_bench_help_exits_0():
     assert proc.returncode == 0 and "grpo_loss|grpo_step|generation" in proc.stdout
     bad = subprocess.run([sys.executable, "-m", "posttrain.bench", "nope"], cwd=ROOT, capture_output=True, text=True)
     assert bad.returncode == 2 and "usage:" in bad.stderr
+
+
+def test_cfg_job_prints_the_config_the_run_uses():
+    """`--cfg job` shows the hardware profile's and the algorithm's device choices applied (Hydra's own print showed
+    `kernels.backend: trl` while hw=cpu runs fused), named in its first line; a bad key is still one line."""
+    import yaml
+
+    proc = run_cli("--cfg", "job")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    first, _, body = proc.stdout.partition("\n")
+    assert first.startswith("# as the run uses it: hw=cpu's profile") and "kernels.backend=fused" in first
+    cfg = yaml.safe_load(body)
+    assert cfg["kernels"]["backend"] == "fused" and cfg["hw"]["name"] == "cpu"
+    kept = yaml.safe_load(run_cli("--cfg", "job", "kernels=trl").stdout.partition("\n")[2])
+    assert kept["kernels"]["backend"] == "trl"  # the command line's choice stays
+    bad = run_cli("--cfg", "job", "trainer.lrr=1")
+    assert (
+        bad.returncode == 2 and bad.stderr.strip().startswith("error: trainer.lrr:") and "\n" not in bad.stderr.strip()
+    )
+
+
+def test_non_ascii_values_are_quoted_for_hydras_grammar():
+    from posttrain.cli import quote_non_ascii
+
+    assert quote_non_ascii(["hydra.run.dir=runs/ümlaut", "seed=1", "data.path=a,b", "x='ü'", "--cfg"]) == [
+        "hydra.run.dir='runs/ümlaut'",
+        "seed=1",
+        "data.path=a,b",  # a sweep or list keeps the grammar it was written in
+        "x='ü'",
+        "--cfg",
+    ]

@@ -124,5 +124,7 @@ def test_a_plus_key_the_schema_lacks_is_refused_with_the_closest_name():
         ConfigError, match=r"^\+algo\.kl\.targt: algo\.kl has no key 'targt' \(did you mean algo\.kl\.target\?\)"
     ):
         load_config(["+algo.kl.targt=0.1"])
-    cfg = load_config(["+model.arch.rope_scaling_x=2", "+data.params.extra=1"])  # free dicts take new keys
-    assert cfg.model.arch.rope_scaling_x == 2 and cfg.data.params.extra == 1
+    cfg = load_config(["+model.arch.mlp_bias=true", "+data.params.extra=1"])  # free dicts take new keys
+    assert cfg.model.arch.mlp_bias is True and cfg.data.params.extra == 1
+    with pytest.raises(ConfigError, match=r"^model\.arch\.rope_scaling_x: LlamaConfig has no such field"):
+        load_config(["+model.arch.rope_scaling_x=2"])  # ... which the family's config class checks

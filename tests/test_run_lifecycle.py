@@ -8,6 +8,8 @@ import subprocess
 import sys
 import time
 
+import pytest
+
 from posttrain.checkpoints import finished_step
 from posttrain.config.compose import load_config
 from posttrain.run_lock import check_unlocked
@@ -160,3 +162,74 @@ def test_a_checkpoint_missing_a_file_or_with_flipped_bytes_is_refused(tmp_path):
         proc = run_cli(*TINY[1:], "trainer.max_steps=3", "resume=auto", f"hydra.run.dir={copy}")
         assert proc.returncode == 2, proc.stdout[-1000:]
         assert needle in proc.stderr and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+
+
+def test_resume_auto_falls_back_from_a_damaged_newest_checkpoint(tmp_path):
+    """A truncated newest checkpoint was refused in one line although the one before it was whole: resume=auto now
+    says which one it skips and why, resumes from the previous one, and leaves the damaged one as it is."""
+    run = tmp_path / "run"
+    assert run_cli(*TINY, "trainer.save_steps=1", f"hydra.run.dir={run}").returncode == 0
+    newest = run / "checkpoints" / "checkpoint-2" / "adapter_model.safetensors"
+    damaged = newest.read_bytes()[:-100]
+    newest.write_bytes(damaged)  # truncated mid-payload
+    proc = run_cli(*TINY[1:], "trainer.max_steps=3", "trainer.save_steps=1", "resume=auto", f"hydra.run.dir={run}")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "resume=auto: skipping checkpoint-2, damaged checkpoint file" in proc.stdout
+    assert f"resume=auto: resuming from {run / 'checkpoints' / 'checkpoint-1'}" in proc.stdout
+    assert json.loads((run / "summary.json").read_text())["final_step"] == 3
+    steps = [json.loads(line)["step"] for line in (run / "metrics.jsonl").read_text().splitlines()]
+    assert steps[-2:] == [2, 3]  # step 2 trained again from checkpoint-1
+
+
+def test_resume_auto_with_no_whole_checkpoint_is_one_line(tmp_path):
+    from posttrain.checkpoints import resolve_resume
+    from posttrain.errors import CheckpointError
+
+    ckpt = tmp_path / "checkpoints" / "checkpoint-1"
+    ckpt.mkdir(parents=True)
+    (ckpt / "trainer_state.json").write_text("{not json")
+    (ckpt / "COMPLETE").write_text("")
+    with pytest.raises(CheckpointError, match=r"^resume=auto: no checkpoint of .* is whole; the newest: damaged"):
+        resolve_resume("auto", tmp_path, verbose=False)
+
+
+def test_a_full_disk_is_one_line_at_start_and_mid_save(tmp_path, monkeypatch):
+    """ENOSPC at start was Hydra's traceback and mid-save torch's `file write failed`: now one line each, the
+    second naming the checkpoint that is still whole; resume=auto continues from it once space is back."""
+    import errno
+    from collections import namedtuple
+
+    import torch
+
+    import posttrain.inputs
+
+    run = tmp_path / "run"
+    usage = namedtuple("usage", "total used free")
+    with monkeypatch.context() as m:
+        m.setattr(posttrain.inputs.shutil, "disk_usage", lambda _: usage(10 * 2**30, 10 * 2**30 - 2**20, 2**20))
+        proc = run_cli(*TINY, f"hydra.run.dir={run}")
+    assert proc.returncode == 2 and not run.exists(), proc.stderr[-2000:]
+    assert (
+        proc.stderr.strip() == f"error: hydra.run.dir={run}: 1 MiB free on its disk; a run writes its config, "
+        "metrics and checkpoints there (at least 100 MiB)"
+    )
+
+    real_save, calls = torch.save, []
+
+    def fills_the_disk(obj, f, *args, **kwargs):
+        calls.append(str(f))
+        if "checkpoint-2" in str(f):
+            raise OSError(errno.ENOSPC, "No space left on device", str(f))
+        return real_save(obj, f, *args, **kwargs)
+
+    with monkeypatch.context() as m:
+        m.setattr(torch, "save", fills_the_disk)
+        proc = run_cli(*TINY, "trainer.save_steps=1", f"hydra.run.dir={run}")
+    lines = proc.stderr.strip().splitlines()
+    assert proc.returncode == 2 and len(lines) == 1, proc.stderr[-2000:]
+    assert (
+        lines[0].startswith(f"error: the disk of {run} is full (")
+        and "at step 2: the newest complete checkpoint, checkpoint-1, is whole" in lines[0]
+    )
+    proc = run_cli(*TINY, "trainer.save_steps=1", "resume=auto", f"hydra.run.dir={run}")
+    assert proc.returncode == 0 and f"resuming from {run / 'checkpoints' / 'checkpoint-1'}" in proc.stdout

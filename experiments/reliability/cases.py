@@ -421,6 +421,62 @@ CASES: list[Case] = [
         ("+trainer.max_step=3",),
         r"trainer has no key 'max_step' \(did you mean trainer\.max_steps\?\)",
     ),
+    Case(
+        "arch_negative",
+        "negative hidden size (issue 60)",
+        ("model.arch.hidden_size=-64",),
+        r"model\.arch\.hidden_size=-64 must be > 0",
+    ),
+    Case(
+        "arch_typo",
+        "misspelt architecture key (issue 60)",
+        ("+model.arch.hiden_size=64",),
+        r"model\.arch\.hiden_size: LlamaConfig has no such field \(did you mean model\.arch\.hidden_size\?\)",
+    ),
+    Case(
+        "attention_unknown",
+        "unknown attention implementation (issue 60)",
+        ("model.attn_implementation=bogus",),
+        r"model\.attn_implementation='bogus' is not one of eager, ",
+    ),
+    Case(
+        "attention_flash_on_cpu",
+        "FlashAttention on a CPU, not installed (issue 60)",
+        ("model.attn_implementation=flash_attention_2",),
+        r"model\.attn_implementation=flash_attention_2 runs on CUDA only, not hw\.device=cpu",
+    ),
+    Case(
+        "lora_target_unknown",
+        "LoRA target that names no module (issue 60)",
+        ("model.lora.target_modules=[foo_proj]",),
+        r"'foo_proj' names no module of this llama model; its linear layers: down_proj, gate_proj",
+    ),
+    Case(
+        "chat_template_syntax",
+        "chat template with a Jinja syntax error (issue 60)",
+        ("model.chat_template={case}/bad.jinja",),
+        r"model\.chat_template=.*bad\.jinja: line 2: unexpected '\}'",
+        setup=lambda c: _write(c / "bad.jinja", "{% for m in messages %}\n{{ m['content'] }\n{% endfor %}"),
+    ),
+    Case(
+        "old_trl_key",
+        "GRPOConfig field under its pre-algo.trl name (issue 59)",
+        ("algo.beta=0",),
+        r"algo\.beta: Key 'beta' not in 'GRPOAlgoConfig' \(did you mean algo\.trl\.beta\?\)",
+    ),
+    Case(
+        "grpo_config_refuses",
+        "values GRPOConfig's own checks refuse (issue 59)",
+        ("algo.trl.vllm_importance_sampling_clip_min=3", "algo.trl.vllm_importance_sampling_clip_max=2"),
+        r"algo\.trl: TRL's GRPOConfig refuses these values: vllm_importance_sampling_clip_min \(3\.0\) must be less",
+    ),
+    Case(
+        "task_of_another_algorithm",
+        "GRPO task under D2L (issue 59)",
+        ("algo=d2l", "data=add"),
+        r"data=add sets algo\.heldout, which algo=d2l does not have: .* \(algo=d2l trains on e\.g\. data=d2l_synth\)",
+        base=("trainer.max_steps=1", "trainer.progress_bar=false"),
+    ),
 ]
 
 

@@ -20,6 +20,9 @@ _CKPT = re.compile(r"^checkpoint-(\d+)$")
 COMPLETE_MARKER = "COMPLETE"
 IDENTITY_FILE = "run_identity.json"
 MANIFEST_FILE = "MANIFEST.json"  # every file of a checkpoint with its size and sha256, written before COMPLETE
+# checkpoints whose files this process has verified (path, whole-resume check, each file's name, size and mtime):
+# a large one is hashed once
+_VERIFIED: set[tuple[Path, bool, tuple[tuple[str, int, int], ...]]] = set()
 
 
 def manifest(folder: Path) -> dict[str, dict]:
@@ -106,9 +109,19 @@ def resolve_resume(resume: str | None, run_dir: Path, verbose: bool = True) -> s
             if verbose:
                 print(f"resume=auto: no complete checkpoint in {run_dir / 'checkpoints'}, starting fresh")
             return None
-        if verbose:
-            print(f"resume=auto: resuming from {ckpts[-1]}")
-        return str(ckpts[-1])
+        newest_problem = None
+        for ckpt in reversed(ckpts):  # a damaged newest one (truncated, a file missing) falls back to the one before
+            try:
+                verify_checkpoint(ckpt)
+            except CheckpointError as ex:
+                newest_problem = newest_problem or ex
+                if verbose:
+                    print(f"resume=auto: skipping {ckpt.name}, {ex}")
+                continue
+            if verbose:
+                print(f"resume=auto: resuming from {ckpt}")
+            return str(ckpt)
+        raise CheckpointError(f"resume=auto: no checkpoint of {run_dir} is whole; the newest: {newest_problem}")
     path = Path(resume)
     if not path.is_dir():
         raise CheckpointError(f"resume={resume}: no such checkpoint directory")
@@ -171,16 +184,38 @@ def verify_checkpoint(path: str | Path, identity: dict | None = None, resuming: 
     evaluation or export, only the files present are checked); every safetensors file must
     parse and cover its whole file, every torch `.pt`/`.pth`/`.bin` must be a whole zip archive, every JSON file must
     parse; `run_identity.json` (copied into each checkpoint at save time, else
-    the run dir's own) must match `identity` — a file is never "repaired" or skipped.
+    the run dir's own) must match `identity` — a file is never "repaired" or skipped. Files verified once in this
+    process (same names, sizes and modification times) are not hashed again.
     """
+    path = Path(path)
+    files = sorted(f for f in path.rglob("*") if f.is_file())
+    seen = (
+        path.resolve(),
+        resuming,
+        tuple((str(f.relative_to(path)), f.stat().st_size, f.stat().st_mtime_ns) for f in files),
+    )
+    if seen not in _VERIFIED:
+        _verify_files(path, files, resuming)
+        _VERIFIED.add(seen)
+    if identity is None:
+        return
+    for candidate in (path / IDENTITY_FILE, path.parent.parent / IDENTITY_FILE):
+        if candidate.is_file():
+            written = json.loads(candidate.read_text())
+            diff = sorted(k for k in identity if written.get(k) != identity[k])
+            if diff:
+                got = ", ".join(f"{k}={written.get(k)}" for k in diff)
+                want = ", ".join(f"{k}={identity[k]}" for k in diff)
+                raise CheckpointError(f"checkpoint {path} was written by a run with {got}, this run has {want}")
+            return
+
+
+def _verify_files(path: Path, files: list[Path], resuming: bool) -> None:
     import zipfile
 
     from safetensors import safe_open
 
-    path = Path(path)
-    for f in sorted(path.rglob("*")):
-        if not f.is_file():
-            continue
+    for f in files:
         try:
             if f.suffix == ".safetensors":
                 with safe_open(str(f), "pt"):
@@ -207,17 +242,6 @@ def verify_checkpoint(path: str | Path, identity: dict | None = None, resuming: 
                 f"checkpoint {path}: {', '.join(changed)} changed since it was saved (sha256 differs from "
                 f"{MANIFEST_FILE}): resume from another checkpoint"
             )
-    if identity is None:
-        return
-    for candidate in (path / IDENTITY_FILE, path.parent.parent / IDENTITY_FILE):
-        if candidate.is_file():
-            written = json.loads(candidate.read_text())
-            diff = sorted(k for k in identity if written.get(k) != identity[k])
-            if diff:
-                got = ", ".join(f"{k}={written.get(k)}" for k in diff)
-                want = ", ".join(f"{k}={identity[k]}" for k in diff)
-                raise CheckpointError(f"checkpoint {path} was written by a run with {got}, this run has {want}")
-            return
 
 
 def check_run_identity(

@@ -37,8 +37,57 @@ def sweep_members(overrides: list[str]) -> list[list[str]]:
     return [list(m) for m in itertools.islice(itertools.product(*axes), MAX_CHECKED_MEMBERS)]
 
 
-def _precheck_sweep(overrides: list[str]) -> None:
-    """Every job of a multirun composed and validated before the first one starts."""
+def direction_of(metric: str, algorithm: object) -> str | None:
+    """minimize | maximize for a summary.json key: the algorithm's declared direction for its own objective, else
+    by the key's name (a loss or a KL falls, a reward or an accuracy rises); None when the name does not say."""
+    if metric in ("objective", getattr(algorithm, "objective", None)):
+        return str(getattr(algorithm, "objective_direction", "minimize"))
+    if any(word in metric for word in ("loss", "kl", "asr", "attack")):
+        return "minimize"
+    if any(word in metric for word in ("reward", "acc", "f1", "utility", "exact")):
+        return "maximize"
+    return None
+
+
+def _check_sweeper(overrides: list[str]) -> None:
+    """A sweeper searching keys the config lacks (`hparams_search=grpo algo=d2l`: Optuna's multi-line error after
+    the study started) or optimising the run's objective the wrong way round (maximising D2L's loss) is refused in
+    one line."""
+    from hydra import compose, initialize_config_dir
+    from hydra.errors import HydraException
+    from omegaconf import OmegaConf
+    from omegaconf.errors import OmegaConfBaseException
+
+    from posttrain.algos.registry import get_algorithm
+
+    try:
+        with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+            cfg = compose(config_name="config", overrides=sweep_members(overrides)[0], return_hydra_config=True)
+    except (HydraException, OmegaConfBaseException):
+        return  # a job that does not compose: the members' check below says why, in one line
+    missing = object()
+    for key in OmegaConf.select(cfg, "hydra.sweeper.params", default=None) or {}:
+        if OmegaConf.select(cfg, str(key), default=missing) is missing:
+            raise UserError(f"hydra.sweeper.params: {key} is not a key of this config (algo={cfg.algo.name})")
+    direction = OmegaConf.select(cfg, "hydra.sweeper.direction", default=None)
+    if not isinstance(direction, str):  # the basic sweeper optimises nothing; a multi-objective list is the user's
+        return
+    metric = str(cfg.get("optimized_metric") or "objective")
+    want = direction_of(metric, get_algorithm(str(cfg.algo.name)))
+    if want is not None and want != direction:
+        raise UserError(
+            f"hydra.sweeper.direction={direction}, but {metric} of algo={cfg.algo.name} is better "
+            f"{'lower' if want == 'minimize' else 'higher'}: hydra.sweeper.direction={want}"
+        )
+
+
+def _precheck_sweep(overrides: list[str], argv: list[str]) -> None:
+    """Every job of a multirun composed and validated before the first one starts, and the sweeper's direction."""
+    try:
+        _check_sweeper(argv)
+    except UserError as ex:
+        print(f"error: {ex}", file=sys.stderr)
+        sys.exit(ex.exit_code)
     for member in sweep_members(overrides):
         try:
             load_config(member, hf_names=False)
@@ -52,7 +101,7 @@ def _precheck(argv: list[str]) -> None:
     """Compose once before Hydra does, so a typo or bad value fails in one line; a multirun, once per job."""
     if any(a in ("-m", "--multirun") for a in argv):
         overrides = [a for a in argv if not a.startswith(("-", "hydra.", "hydra/", "+hydra", "~hydra"))]
-        _precheck_sweep(overrides)
+        _precheck_sweep(overrides, [a for a in argv if not a.startswith("-")])
         return
     if any(a.startswith(("--", "-")) for a in argv):
         return
@@ -128,14 +177,58 @@ def with_the_runs_overrides(argv: list[str]) -> list[str]:
     return [*taken, *argv]
 
 
+def quote_non_ascii(argv: list[str]) -> list[str]:
+    """`hydra.run.dir=runs/ümlaut` -> `hydra.run.dir='runs/ümlaut'`: Hydra's override grammar takes non-ASCII text
+    only quoted. A value with grammar of its own (quotes, lists, sweeps, interpolations) is left as written."""
+    out = []
+    for arg in argv:
+        key, eq, value = arg.partition("=")
+        plain = not any(c in value for c in "'\"[]{}(),$")
+        if eq and not arg.startswith("-") and plain and not value.isascii():
+            arg = f"{key}='{value}'"
+        out.append(arg)
+    return out
+
+
+def show_job_config(argv: list[str]) -> bool:
+    """`--cfg job` (`-c job`): print the config as `posttrain.run` uses it, hw=auto resolved and the hardware
+    profile and the algorithm's device defaults applied, each change named in a comment (Hydra's own print is the
+    composition before them: `kernels.backend: trl` where the run uses fused). False where Hydra should answer
+    (other `--cfg` values, `--package`, a multirun)."""
+    flags = {a for a in argv if a.startswith("-")}
+    wants = any(a in ("--cfg", "-c") and b == "job" for a, b in zip(argv, argv[1:])) or "--cfg=job" in argv
+    if not wants or flags & {"-p", "--package", "-m", "--multirun"}:
+        return False
+    from omegaconf import OmegaConf
+
+    from posttrain.config.compose import override_keys
+    from posttrain.hardware import apply_profile
+
+    skip = {"job", "--resolve", "--cfg", "-c", "--cfg=job"}
+    overrides = [a for a in argv if a not in skip and not a.startswith(("-", "hydra.", "hydra/", "+hydra", "~hydra"))]
+    try:
+        cfg = load_config(overrides)
+        applied = apply_profile(cfg, overrides=override_keys(overrides))
+    except UserError as ex:
+        print(f"error: {ex}", file=sys.stderr)
+        sys.exit(ex.exit_code)
+    changes = ", ".join(f"{k}={v}" for k, v in applied.items() if "." in k) or "nothing"
+    print(f"# as the run uses it: hw={cfg.hw.name}'s profile and {cfg.algo.name}'s device defaults set {changes}")
+    print(OmegaConf.to_yaml(cfg, resolve="--resolve" in argv), end="")
+    return True
+
+
 def main() -> None:
     register()
+    sys.argv[1:] = quote_non_ascii(sys.argv[1:])
     try:  # multi-process launch: one run dir for all ranks, ranks > 0 write nothing of their own
         sys.argv += rank_overrides(sys.argv[1:])
     except ValueError as ex:
         print(f"error: {ex}", file=sys.stderr)
         sys.exit(2)
     sys.argv[1:] = with_the_runs_overrides(sys.argv[1:])
+    if show_job_config(sys.argv[1:]):
+        return
     _precheck(sys.argv[1:])
     if any(a in ("mode=export", "mode=eval", "mode=sample") for a in sys.argv[1:]) and not any(
         a.startswith("hydra.output_subdir") for a in sys.argv[1:]

@@ -23,3 +23,19 @@ class CheckpointError(UserError):
 
 class TrainingError(UserError):
     """Training stopped on a guard (NaN loss, all-masked labels, failing reward function)."""
+
+
+class DiskFullError(UserError):
+    """The disk filled while a run wrote (a checkpoint, metrics): the newest complete checkpoint is still whole."""
+
+
+def is_disk_full(ex: BaseException) -> bool:
+    """ENOSPC / EDQUOT, or torch's serializer failing to write (its "file write failed" / iostream errors)."""
+    import errno
+
+    if isinstance(ex, OSError) and ex.errno in (errno.ENOSPC, errno.EDQUOT):
+        return True
+    text = str(ex)
+    return isinstance(ex, RuntimeError) and any(
+        needle in text for needle in ("file write failed", "iostream error", "No space left on device")
+    )

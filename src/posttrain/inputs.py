@@ -1,4 +1,5 @@
-"""Checks of a run's inputs that the CLI makes before Hydra writes anything: the run directory can be created, and
+"""Checks of a run's inputs that the CLI makes before Hydra writes anything: the run directory can be created (with
+some free space on its disk), and
 the local data file reads as the loaders will read it (UTF-8, well-formed rows, valid prompts).
 
 Each problem is a one-line `UserError` (exit 2). Nothing here imports torch; the data check imports `datasets`
@@ -8,6 +9,7 @@ only when the run has a local data file.
 from __future__ import annotations
 
 import os
+import shutil
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -18,6 +20,9 @@ from posttrain.errors import DataError, UserError
 
 class RunDirError(UserError):
     """The run directory cannot be created or written."""
+
+
+MIN_FREE_BYTES = 100 * 2**20  # below it a run fails at its first write (Hydra's .hydra/, a checkpoint of a LoRA)
 
 
 def _run_dir_template(overrides: Sequence[str]) -> str:
@@ -46,6 +51,12 @@ def check_run_dir(run_dir: str) -> None:
         raise RunDirError(f"{where} ({ancestor} is a file)")
     if not os.access(ancestor, os.W_OK | os.X_OK):
         raise RunDirError(f"{where} ({ancestor} is not writable)")
+    free = shutil.disk_usage(ancestor).free
+    if free < MIN_FREE_BYTES:
+        raise RunDirError(
+            f"hydra.run.dir={run_dir}: {free / 2**20:.0f} MiB free on its disk; a run writes its config, metrics and "
+            f"checkpoints there (at least {MIN_FREE_BYTES // 2**20} MiB)"
+        )
 
 
 def check_data(cfg: DictConfig) -> None:

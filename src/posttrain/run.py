@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import shutil
 import time
 from pathlib import Path
 from typing import Any
@@ -20,6 +21,7 @@ from posttrain.callbacks.console import ConsoleSpec, finish_run, use_console
 from posttrain.callbacks.time_limit import StopAtStep, StopOnSignal, WallClockLimit
 from posttrain.checkpoints import (
     check_run_identity,
+    complete_checkpoints,
     eval_checkpoint,
     finished_message,
     finished_step,
@@ -29,6 +31,7 @@ from posttrain.checkpoints import (
 from posttrain.config.auto_hw import resolve_auto_hw
 from posttrain.config.validate import ConfigError, validate
 from posttrain.dist import export_submitit_env, is_main_process, world_size
+from posttrain.errors import DiskFullError, is_disk_full
 from posttrain.run_lock import run_dir_lock
 
 
@@ -85,6 +88,16 @@ def train(cfg: DictConfig, run_dir: Path, callbacks: list | None = None, resume:
     use_console(trainer, algorithm.console)  # one bar + compact lines instead of HF's printed dicts
     try:
         trainer.train(resume_from_checkpoint=resume)
+    except (OSError, RuntimeError) as ex:
+        if not is_disk_full(ex):
+            raise
+        saved = complete_checkpoints(run_dir / "checkpoints")
+        kept = f"the newest complete checkpoint, {saved[-1].name}, is whole" if saved else "no checkpoint was complete"
+        free = shutil.disk_usage(run_dir).free / 2**20
+        raise DiskFullError(
+            f"the disk of {run_dir} is full ({free:.0f} MiB free) at step {trainer.state.global_step}: {kept}; free "
+            "space (or lower trainer.save_total_limit) and rerun with resume=auto"
+        ) from None
     finally:
         signals.restore()
     if not is_main_process():  # metrics and summary are rank 0's
@@ -97,7 +110,11 @@ def train(cfg: DictConfig, run_dir: Path, callbacks: list | None = None, resume:
         summary["stopped_by_stop_step"] = stop.stopped_at
     if signals.stopped_at is not None:
         summary["stopped_by_signal"] = {"signal": signals.received, "step": signals.stopped_at}
+    evaluating = time.time()
     summary.update(algorithm.summarize(cfg, trainer, run_dir))
+    # runtime_s is training's; the algorithm's own evaluation after it (held-out scoring, ...) adds this
+    summary["evaluation_s"] = round(time.time() - evaluating, 2)
+    summary["total_s"] = round(time.time() - start, 2)
     return summary
 
 

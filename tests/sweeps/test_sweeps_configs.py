@@ -14,6 +14,7 @@ from hydra import compose, initialize_config_dir
 from posttrain.config.registry import register
 from posttrain.config.validate import ConfigError
 from posttrain.paths import CONF_DIR
+from tests.conftest import run_cli
 
 ACCEL = CONF_DIR / "accelerate"
 needs_submitit = pytest.mark.skipif(
@@ -230,3 +231,32 @@ def test_a_sharded_engine_on_cpu_is_refused_not_run_as_ddp(config, capsys):
         f"error: hw.accelerate_config={config} does not run on CPU processes here (accelerate would run DDP instead): "
         "use hw.accelerate_config=ddp, or a GPU profile"
     ]
+
+
+@pytest.mark.parametrize(
+    "args, line",
+    [
+        (
+            ("-m", "hparams_search=grpo", "hydra.sweeper.direction=minimize"),
+            "error: hydra.sweeper.direction=minimize, but reward_last5_mean of algo=grpo is better higher: "
+            "hydra.sweeper.direction=maximize",
+        ),
+        (
+            ("-m", "hparams_search=grpo", "algo=d2l"),  # GRPO's search space under D2L: Optuna failed mid-study
+            "error: hydra.sweeper.params: algo.trl.beta is not a key of this config (algo=d2l)",
+        ),
+    ],
+)
+def test_a_sweeper_that_cannot_work_is_refused_before_the_study(tmp_path, args, line):
+    proc = run_cli(*args, "trainer.max_steps=1", f"hydra.sweep.dir={tmp_path / 'sweep'}")
+    assert proc.returncode == 2 and proc.stderr.strip() == line, proc.stderr[-2000:]
+    assert not (tmp_path / "sweep").exists()
+
+
+def test_each_algorithm_declares_which_way_its_objective_is_better():
+    from posttrain.algos.registry import algorithms
+    from posttrain.cli import direction_of
+
+    ways = {name: direction_of("objective", algo) for name, algo in algorithms().items()}
+    assert ways == {"grpo": "maximize", "d2l": "minimize", "contrastive": "minimize"}
+    assert direction_of("heldout_acc_after", None) == "maximize" and direction_of("kl_last5_mean", None) == "minimize"

@@ -117,6 +117,7 @@ class Algorithm(abc.ABC):
     # logging step), `trend` (first-5 / last-5 means in summary.json and the end table), `plots` (plots/<file>)
     console: ClassVar[Mapping[str, Any]] = {}
     objective: ClassVar[str] = "loss_last5_mean"  # what sweeps optimise by default (a summary.json key)
+    objective_direction: ClassVar[str] = "minimize"  # minimize | maximize: how a sweeper must treat `objective`
     # keys a library has that this algorithm derives from its own settings: key -> that setting (the error's hint)
     derived_keys: ClassVar[Mapping[str, str]] = {}
 

@@ -78,14 +78,20 @@ def _check_mxfp4(model: DictConfig) -> None:
 def validate(cfg: DictConfig, hf_names: bool = True) -> None:
     """Raise ConfigError on the first rule the composed config breaks.
 
-    `hf_names=False` skips the scheduler/optimizer name check, which imports transformers (and so torch): the CLI's
+    `hf_names=False` skips the checks against transformers (scheduler and optimizer names, the model's architecture
+    numbers and attention implementation: `posttrain.models.checks`), which import it (and so torch): the CLI's
     pre-check stays fast and `posttrain.run.run` checks them before anything loads.
     """
     check_finite(cfg)  # nan/inf in any numeric field of any group, before the rules below compare numbers
     check_choices(cfg, _CHOICES)
     check_declared(cfg)  # every field of every group against its declared range or path kind
     if hf_names:
+        from posttrain.models.checks import check_arch, check_attention, check_chat_template
+
         _check_hf_names(cfg)
+        check_arch(cfg.model)
+        check_attention(cfg.model, str(cfg.hw.device))
+        check_chat_template(cfg.model)
     if cfg.resume not in (None, "auto") and not isinstance(cfg.resume, str):
         raise ConfigError(f"resume={cfg.resume!r} must be null, auto or a checkpoint path")
     if cfg.trainer.get("stop_step") and cfg.trainer.stop_step >= cfg.trainer.max_steps:

@@ -106,6 +106,9 @@ def _count(model_json: str, dtype_name: str, train: str) -> ParamCounts:
     if train == "lora":
         from peft import get_peft_model
 
+        from posttrain.models.checks import check_lora_targets
+
+        check_lora_targets(base, model_cfg)  # the plan runs before any weights load: a bad name fails here
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             model = get_peft_model(base, lora_config(model_cfg))

@@ -41,9 +41,13 @@ def generate(
     max_new_tokens: int,
     batch_size: int = 16,
     num_return_sequences: int = 1,
+    desc: str | None = None,
     **gen_kwargs: Any,
 ) -> tuple[list[str], list[list[int]]]:
-    """(texts, completion ids), `len(prompts) * num_return_sequences` of each, grouped by prompt."""
+    """(texts, completion ids), `len(prompts) * num_return_sequences` of each, grouped by prompt. With `desc`, a
+    progress bar over the prompts (stderr) while there is more than one batch."""
+    from tqdm.auto import tqdm
+
     was_training = model.training
     model.eval()
     side, tokenizer.padding_side = tokenizer.padding_side, "left"
@@ -53,6 +57,9 @@ def generate(
     gen_kwargs.setdefault("do_sample", False)
     texts: list[str] = []
     ids: list[list[int]] = []
+    bar = tqdm(
+        total=len(prompts), desc=desc, unit="prompt", leave=False, disable=desc is None or len(prompts) <= batch_size
+    )
     try:
         for start in range(0, len(prompts), batch_size):
             chunk = [render(tokenizer, p) for p in prompts[start : start + batch_size]]
@@ -69,7 +76,9 @@ def generate(
             new = [_trim(row.tolist(), eos_ids, tokenizer.pad_token_id) for row in out[:, enc["input_ids"].shape[1] :]]
             ids += new
             texts += tokenizer.batch_decode(new, skip_special_tokens=True)
+            bar.update(len(chunk))
     finally:
+        bar.close()
         tokenizer.padding_side = side
         model.train(was_training)
     return texts, ids

@@ -30,4 +30,7 @@ def lora_config(model_cfg: DictConfig) -> LoraConfig:
 
 
 def apply_lora(model: PreTrainedModel, model_cfg: DictConfig):
+    from posttrain.models.checks import check_lora_targets
+
+    check_lora_targets(model, model_cfg)  # one line naming the model's layers, not PEFT's traceback
     return get_peft_model(model, lora_config(model_cfg))

@@ -140,6 +140,8 @@ def test_summary_has_heldout_accuracy_before_and_after(tmp_path):
         assert 0.0 <= summary[key] <= 1.0 and last[key] == summary[key]
     assert summary["heldout_n"] == 8
     assert len((tmp_path / "heldout_after.jsonl").read_text().splitlines()) == 8
+    # the held-out scoring after training is timed apart from training, and the total holds both
+    assert summary["evaluation_s"] > 0 and summary["total_s"] >= summary["runtime_s"] + summary["evaluation_s"] - 0.05
     # mode=eval on the saved adapter scores the same held-out problems the same way (greedy is deterministic)
     proc = run_cli(
         "data=add", "algo.heldout=8", "mode=eval", "algo.trl.max_completion_length=4", f"hydra.run.dir={tmp_path}"

@@ -67,12 +67,17 @@ def does_task(row: dict[str, Any], reply: str) -> bool:
 
 
 def generate_replies(
-    lm: torch.nn.Module, tokenizer: Any, prompts: Sequence[tuple[str, str]], max_new_tokens: int, batch_size: int
+    lm: torch.nn.Module,
+    tokenizer: Any,
+    prompts: Sequence[tuple[str, str]],
+    max_new_tokens: int,
+    batch_size: int,
+    desc: str | None = None,
 ) -> list[str]:
     """Greedy replies to (request, data) user turns; each distinct prompt is generated once."""
     unique = list(dict.fromkeys(prompts))
     convs = [[user_message(r, d)] for r, d in unique]
-    texts = generate(lm, tokenizer, convs, max_new_tokens=max_new_tokens, batch_size=batch_size)[0]
+    texts = generate(lm, tokenizer, convs, max_new_tokens=max_new_tokens, batch_size=batch_size, desc=desc)[0]
     reply = dict(zip(unique, texts, strict=True))
     return [reply[p] for p in prompts]
 
@@ -146,7 +151,12 @@ def ifeval_scores(cfg: DictConfig, lm: torch.nn.Module, tokenizer: Any) -> tuple
     convs = [list(p) for p in prompts["prompt"]]
     algo = cfg.algo
     replies = generate(
-        lm, tokenizer, convs, max_new_tokens=algo.ifeval_max_new_tokens, batch_size=algo.eval_batch_size
+        lm,
+        tokenizer,
+        convs,
+        max_new_tokens=algo.ifeval_max_new_tokens,
+        batch_size=algo.eval_batch_size,
+        desc="evaluating: IFEval replies",
     )[0]
     texts = [c[-1]["content"] for c in convs]
     metrics = ifeval_metrics(prompts["instruction_id_list"], prompts["kwargs"], replies, texts)
@@ -203,6 +213,7 @@ def evaluate_model(
             [(r[role]["request"], r[role]["data"]) for r in rows],
             algo.max_new_tokens,
             algo.eval_batch_size,
+            desc=f"evaluating: {role} replies",
         )
         for role in ("benign", "injected")
     }

@@ -43,6 +43,7 @@ class GRPO(Algorithm):
         "plots": {"reward.png": ("reward", "kl", "completions/mean_length")},
     }
     objective = "reward_last5_mean"
+    objective_direction = "maximize"
     derived_keys = {f"algo.trl.{name}": setting for name, setting in SET_BY_POSTTRAIN.items()}
 
     def validate(self, cfg: DictConfig) -> None:

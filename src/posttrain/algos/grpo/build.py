@@ -101,6 +101,7 @@ def build_trainer(cfg: DictConfig, run_dir: Path, callbacks: list | None = None)
         sampler_correction=cfg.algo.sampler_correction,
         share_prompts=cfg.algo.share_prompts,
         loraplus_lr_ratio=cfg.model.lora.loraplus_lr_ratio if cfg.model.lora.enabled else None,
+        base_model=cfg.model.get("hub_id"),
     )
     # after the trainer placed the policy on its device: the copy lands there too
     trainer.attach_rollout(

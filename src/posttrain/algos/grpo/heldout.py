@@ -50,6 +50,7 @@ def heldout_accuracy(cfg: DictConfig, model: Any, tokenizer: Any, run_dir: Path 
         list(ds["prompt"]),
         max_new_tokens=cfg.algo.trl.max_completion_length,
         batch_size=cfg.algo.heldout_batch_size,
+        desc=f"held-out problems ({tag})",
     )
     columns = {k: list(ds[k]) for k in ds.column_names if k != "prompt"}
     correct = checker(list(ds["prompt"]), completions, **columns)

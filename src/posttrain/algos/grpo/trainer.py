@@ -74,8 +74,10 @@ class PosttrainGRPOTrainer(AtomicCheckpointMixin, LoraPlusMixin, DynamicSampling
         sampler_correction: bool = False,
         share_prompts: bool = False,
         loraplus_lr_ratio: float | None = None,
+        base_model: str | None = None,
         **kwargs,
     ):
+        self.base_model = base_model
         own_fp32_head = take_over_fp32_head(kwargs.get("args"), kwargs.get("model"))
         super().__init__(*args, **kwargs)
         if own_fp32_head:
@@ -165,6 +167,19 @@ class PosttrainGRPOTrainer(AtomicCheckpointMixin, LoraPlusMixin, DynamicSampling
         """Sample from `engine` (its copy in step with the policy as of now) instead of TRL's `generate`."""
         self.rollout = engine
         self._rollout_step = self.state.global_step
+
+    def create_model_card(self, model_name=None, dataset_name=None, tags=None):
+        """TRL's card naming the hub model posttrain started from (`model.hub_id`): TRL reads the config's
+        `_name_or_path`, which posttrain's offline loads leave empty or a local directory ("a fine-tuned version of
+        None"). A model with no hub id (random init, a local checkpoint) gets no card rather than a wrong one."""
+        if not self.base_model:
+            return
+        config = self.accelerator.unwrap_model(self.model).config
+        saved, config._name_or_path = config._name_or_path, self.base_model
+        try:
+            super().create_model_card(model_name=model_name, dataset_name=dataset_name, tags=tags)
+        finally:
+            config._name_or_path = saved
 
     def _generate_single_turn(self, prompt_ids, images, multimodal_fields, num_generations, has_tool_images=False):
         """With a rollout engine, completions come from it; its copy is re-synced once per optimizer step."""
