@@ -37,7 +37,7 @@ from posttrain.analysis.tables import write_csv as _write_csv
 HERE = Path(__file__).resolve().parent
 COMMAND = "python experiments/contrastive_smollm2/report.py"
 RAW = ("secalign", "secalign_120steps", "probes")  # run folders under results/ (git-ignored), in report order
-ARMS = ("sft", "sft_inv", "dpo", "dpo_inv", "sft_inv_nokl", "dpo_inv_nokl", "dpo_inv_w01", "detection")  # run.sh's
+ARMS = ("sft", "sft_inv", "dpo", "dpo_inv", "sft_inv_nokl", "dpo_inv_nokl", "dpo_inv_w01")  # run.sh's
 PAIRS = (  # same seed, same items
     ("sft_inv", "sft"),
     ("dpo_inv", "dpo"),
@@ -45,7 +45,6 @@ PAIRS = (  # same seed, same items
     ("dpo_inv_nokl", "dpo"),
     ("dpo_inv_w01", "dpo"),
     ("dpo", "sft"),
-    ("detection", "sft"),
 )
 FAMILIES = ("naive", "ignore", "completion", "escape", "combined")
 ITEM_FIELDS = ("id", "cluster", "task", "attack_type", "position", "injected_task", "heldout")

@@ -44,12 +44,8 @@ declare -A ARMS=(
   [dpo_inv_nokl]="algo.preference=dpo algo.lm_weight=0"
   # under DPO (no LM loss) the invariance term at weight 1 cost IFEval even without the KL: at 0.1
   [dpo_inv_w01]="algo.preference=dpo algo.lm_weight=0 algo.contrastive_weight=0.1"
-  # the first experiment's detection objective (benign anchor, injected as the hard negative, mean over prompt
-  # tokens, trained head, LM loss on benign rows only)
-  [detection]="algo.objective=detection algo.pool=prompt algo.train_head=true algo.consistency_weight=0
-               algo.lm_on_injected=false"
 )
-ARM_ORDER=(sft sft_inv dpo dpo_inv sft_inv_nokl dpo_inv_nokl dpo_inv_w01 detection)
+ARM_ORDER=(sft sft_inv dpo dpo_inv sft_inv_nokl dpo_inv_nokl dpo_inv_w01)
 
 declare -A RUNS=(
   # the starting weights, scored once on the same eval items as every arm

@@ -24,16 +24,16 @@ def test_run_script_and_report_at_tiny_scale(tmp_path):
     proc = subprocess.run(["bash", str(script), *runs], cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     res = tmp_path / "results"
-    # the detection arm trains like sft_inv with other algo options (tests/algos/contrastive/test_invariance): its
-    # command is checked by the plan (composition, validation), its rows by the report on sft_inv_s0's files
+    # an arm not run here trains like sft_inv with other algo options: its command is checked by the plan
+    # (composition, validation), its rows by the report on sft_inv_s0's files
     dry = subprocess.run(
-        ["bash", str(script), "detection_s0"], cwd=ROOT, env={**env, "DRY_RUN": "1"}, capture_output=True, text=True
+        ["bash", str(script), "dpo_inv_w01_s0"], cwd=ROOT, env={**env, "DRY_RUN": "1"}, capture_output=True, text=True
     )
     name, *args = dry.stdout.split()
-    assert name == "detection_s0" and "algo.objective=detection" in args
+    assert name == "dpo_inv_w01_s0" and "algo.contrastive_weight=0.1" in args
     plan = run_cli(*args, "mode=plan", cwd=tmp_path)
     assert plan.returncode == 0, plan.stderr[-2000:]
-    shutil.copytree(res / "sft_inv_s0", res / "detection_s0")
+    shutil.copytree(res / "sft_inv_s0", res / "dpo_inv_w01_s0")
     for name in runs:
         records = res / name / ("eval_init.jsonl" if name == "base" else "eval_after.jsonl")
         assert len(records.read_text().splitlines()) == 15  # 1 task instance x 5 families x 3 positions
@@ -44,7 +44,7 @@ def test_run_script_and_report_at_tiny_scale(tmp_path):
     assert "| sft_inv_s0 − sft_s0 |" in text and "| dpo_inv_s0 − base |" in text
     # the seed-pooled tables: one row per arm (seeds counted) and per pair
     assert "| sft_inv | 1 | " in text and "| sft_inv − sft | 1 | " in text and "| dpo_inv − base | 1 | " in text
-    assert "| detection_s0 | " in text and (tables / "asr_by_family.png").stat().st_size > 0
+    assert "| dpo_inv_w01_s0 | " in text and (tables / "asr_by_family.png").stat().st_size > 0
 
 
 def test_report_regenerates_the_committed_report_from_the_committed_tables(tmp_path):

@@ -12,7 +12,6 @@ import torch.nn.functional as F
 
 from posttrain.algos.contrastive.loss import (
     consistency_kl,
-    info_nce,
     invariance_bounds,
     invariance_nce,
 )
@@ -203,20 +202,6 @@ def test_trainer_sums_the_weighted_terms(compose, tmp_path, tiny_model):
     model.train()
     assert float(kl) > 0
     assert torch.allclose(loss, 0.5 * inv + 2 * kl + 3 * lm, atol=1e-5)
-    # the detection objective on the first three blocks is the first experiment's InfoNCE
-    det = compose(*over, "algo.objective=detection", "algo.pool=prompt", "algo.consistency_weight=0", run_dir=tmp_path)
-    trainer.run_cfg = det
-    data = TripletDataset(generate_secalign(3, seed=0), model.tokenizer, 384, "prompt")
-    batch3 = TripletCollator(model.tokenizer.pad_token_id)([data[i] for i in range(3)])
-    model.eval()
-    with torch.no_grad():
-        loss = trainer.compute_loss(model, batch3)
-        out = model(batch3["input_ids"], batch3["attention_mask"], batch3["pool_mask"])
-        ref = 0.5 * info_nce(out.z, det.algo.temperature)[0] + 3 * shifted_lm_loss(
-            out.hidden[benign_and_injected], batch3["labels"][benign_and_injected], head
-        )
-    model.train()
-    assert torch.allclose(loss, ref, atol=1e-5)
 
 
 @pytest.mark.parametrize("train_head", [False, True])

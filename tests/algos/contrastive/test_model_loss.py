@@ -1,16 +1,15 @@
-"""Pooling, the bounded InfoNCE that a projection head alone cannot satisfy, the shifted LM loss, NaN guard."""
+"""Pooling, the representation term reaching the adapters (not a fixed head), the shifted LM loss, NaN guard."""
 
 from __future__ import annotations
-
-import math
 
 import pytest
 import torch
 
 from posttrain.algos.contrastive.api import build_model, build_trainer
-from posttrain.algos.contrastive.loss import info_nce, info_nce_bounds
+from posttrain.algos.contrastive.loss import invariance_nce
 from posttrain.algos.contrastive.model import ProjectionHead, masked_mean
 from posttrain.data.contrastive import TripletCollator, TripletDataset, generate_triplets
+from posttrain.data.contrastive.schema import ALL_ROLES
 from posttrain.errors import TrainingError
 from tests.algos.contrastive.helpers import TINY, lm_rows, shifted_lm_loss
 
@@ -51,8 +50,7 @@ def test_model_forward_with_all_padding_row(tiny):
     pool_mask[1] = 0  # a row with nothing to pool
     out = model(batch["input_ids"], batch["attention_mask"], pool_mask)
     assert torch.equal(out.pooled[1], torch.zeros_like(out.pooled[1]))
-    loss, _ = info_nce(out.z, cfg.algo.temperature)
-    assert torch.isfinite(loss) and torch.isfinite(out.z).all()
+    assert torch.isfinite(out.z).all()
 
 
 def test_extra_right_padding_changes_nothing(tiny):
@@ -123,61 +121,13 @@ def test_lm_loss_scores_the_next_token():
     assert float(shifted_lm_loss(wrong, labels, head)) > 10
 
 
-def test_info_nce_value_and_bounds():
-    z = torch.nn.functional.normalize(torch.randn(12, 8), dim=-1)
-    loss, stats = info_nce(z, 0.5)
-    zb, zc, zi = z[:4], z[4:8], z[8:]
-    # by hand, anchor benign: logits over [c_0..c_3, i_0..i_3]
-    ref = []
-    for anchor, pos in ((zb, zc), (zc, zb)):
-        for k in range(4):
-            logits = torch.cat([anchor[k] @ pos.T, anchor[k] @ zi.T]) / 0.5
-            ref.append(-torch.log_softmax(logits, 0)[k])
-    assert torch.allclose(loss, torch.stack(ref).mean(), atol=1e-6)
-    lo, hi = info_nce_bounds(4, 0.5)
-    assert lo <= float(loss) <= hi
-    # worst case: the positive opposite the anchor, every negative on it -> approaches the upper bound
-    e = torch.nn.functional.one_hot(torch.tensor(0), 8).float()
-    worst = torch.cat([e.repeat(4, 1), -e.repeat(4, 1), e.repeat(4, 1)])
-    assert float(info_nce(worst, 0.5)[0]) <= hi + 1e-5
-    # benign anchors: positive at -1/t, four negatives at +1/t; paraphrase anchors: all eight at -1/t
-    expected = (math.log(4 + 4 * math.exp(4)) + math.log(8)) / 2
-    assert math.isclose(float(info_nce(worst, 0.5)[0]), expected, rel_tol=1e-5)
-    # scaling cannot help: inputs are unit vectors, the loss is bounded whatever their length
-    assert math.isfinite(hi)
-
-
-def test_projection_head_alone_cannot_separate_an_unchanged_representation():
-    """If the LM's pooled representation of the injected input equals the benign one, no head gets the loss
-    under log 2 (the own injection ties with the positive) — the representation itself must change."""
-    torch.manual_seed(0)
-    b, d = 8, 16
-    h_b = torch.randn(b, d)
-    h_c = h_b + 0.3 * torch.randn(b, d)
-
-    def train_head(h_i: torch.Tensor, role_aware: bool = False) -> float:
-        head = ProjectionHead(d, 8, 32)
-        role = torch.zeros(3 * b, d)
-        role[2 * b :, 0] = 5.0  # a 'role feature' only a role-aware (wrong) design would give the head
-        opt = torch.optim.Adam(head.parameters(), lr=1e-2)
-        for _ in range(300):
-            pooled = torch.cat([h_b, h_c, h_i]) + (role if role_aware else 0)
-            loss, _ = info_nce(head(pooled), 0.1)
-            opt.zero_grad()
-            loss.backward()
-            opt.step()
-        return float(loss.detach())
-
-    assert train_head(h_b.clone()) >= math.log(2) - 1e-4  # shared head, unchanged representation: stuck
-    assert train_head(h_b.clone(), role_aware=True) < 0.3  # a head told the role would "solve" it
-    assert train_head(h_b + torch.randn(b, d)) < 0.3  # a representation that moved can be separated
-
-
 def test_contrastive_term_trains_the_adapters(tiny):
     cfg, model, tok, batch = tiny
     model.zero_grad()
+    four = TripletDataset(generate_triplets(4, seed=0), tok, 384, roles=ALL_ROLES)  # + the executed block
+    batch = TripletCollator(tok.pad_token_id)([four[i] for i in range(4)])
     out = model(batch["input_ids"], batch["attention_mask"], batch["pool_mask"])
-    info_nce(out.z, cfg.algo.temperature)[0].backward()
+    invariance_nce(out.z, cfg.algo.temperature)[0].backward()
     lora_grads = [p.grad for n, p in model.lm.named_parameters() if "lora_" in n and p.grad is not None]
     assert lora_grads and max(float(g.abs().max()) for g in lora_grads) > 0
     assert not cfg.algo.train_head and all(p.grad is None for p in model.head.parameters())  # a fixed projection

@@ -140,7 +140,7 @@ def test_build_triplets_reads_the_data_config(compose):
         ("data.params.generator=other", "data.params.generator='other' is not one of triplets, secalign"),
         ("algo.pool=prompt", "algo.pool must be last"),
         ("algo.layer=3", "algo.layer=3 is outside the model's hidden states"),
-        ("algo.objective=both", "algo.objective='both' is not one of invariance, detection"),
+        ("algo.objective=invariance", "algo.objective: Key 'objective' not in 'ContrastiveAlgoConfig'"),  # retired
         ("algo.preference=ppo", "algo.preference='ppo' is not one of none, dpo"),
     ],
 )

@@ -125,7 +125,7 @@ def _longest_member(cfg: DictConfig, roles: tuple[str, ...]) -> tuple[int, dict[
         return longest, answers
 
     try:
-        return measured(cfg, ("algo.max_length", "algo.pool", "algo.objective", "algo.contrastive_weight"), measure)
+        return measured(cfg, ("algo.max_length", "algo.pool", "algo.contrastive_weight"), measure)
     except UserError:  # data the run would refuse: planned with the bounds, the run reports the data error
         return None
 

@@ -6,8 +6,9 @@ The arms of experiments/contrastive_smollm2 are settings of this one schema:
     SFT + invariance        the defaults
     DPO (SecAlign-style)    algo.preference=dpo algo.lm_weight=0 algo.contrastive_weight=0 algo.consistency_weight=0
     DPO + invariance        algo.preference=dpo algo.lm_weight=0
-    detection (the first)   algo.objective=detection algo.pool=prompt algo.train_head=true algo.consistency_weight=0
-                            algo.lm_on_injected=false
+
+The first experiment's detection objective (benign anchor, paraphrase positive, the injected version as hard
+negative) was retired: superseded by invariance, and not run on the SecAlign-style data (experiments/contrastive_tiny).
 """
 
 from __future__ import annotations
@@ -19,7 +20,6 @@ from omegaconf import DictConfig
 from posttrain.config.ranges import local_path, num
 from posttrain.config.validate import ConfigError
 
-OBJECTIVES = ("invariance", "detection")
 PREFERENCES = ("none", "dpo")
 POOLS = ("last", "prompt", "all")  # posttrain.data.contrastive.encode.POOLS (kept torch-free here)
 
@@ -28,12 +28,10 @@ POOLS = ("last", "prompt", "all")  # posttrain.data.contrastive.encode.POOLS (ke
 class ContrastiveAlgoConfig:
     name: str = "contrastive"
     max_length: int = num(384, gt=0)  # tokens per triplet member (longer members are a DataError, never truncated)
-    # the representation term: invariance (the injected prompt pulled to its benign version and paraphrase, away
-    # from the injection executed as a trusted request) | detection (benign anchor, paraphrase positive, the
-    # injected version as hard negative: the first experiment's objective); loss.py has both
-    objective: str = "invariance"
     temperature: float = num(0.1, gt=0)  # InfoNCE temperature on cosine similarities
-    contrastive_weight: float = num(1.0, ge=0)  # weight of the representation term (0: none)
+    # weight of the representation term, causal invariance (0: none): the injected prompt pulled to its benign version
+    # and paraphrase, away from the injection executed as a trusted request (loss.invariance_nce)
+    contrastive_weight: float = num(1.0, ge=0)
     # KL(benign prompt's answer distribution || injected prompt's) per answer token, the benign side detached
     consistency_weight: float = num(1.0, ge=0)
     lm_weight: float = num(1.0, ge=0)  # with preference=dpo: weight of TRL's `sft` loss on the chosen reply
@@ -61,12 +59,12 @@ class ContrastiveAlgoConfig:
 
 def uses_executed_rows(algo: DictConfig) -> bool:
     """Whether the batch carries the fourth block (the injection executed: the invariance term's hard negative)."""
-    return algo.objective == "invariance" and float(algo.contrastive_weight) > 0
+    return float(algo.contrastive_weight) > 0
 
 
 def validate_contrastive(cfg: DictConfig) -> None:
     algo = cfg.algo
-    for key, allowed in (("objective", OBJECTIVES), ("preference", PREFERENCES), ("pool", POOLS)):
+    for key, allowed in (("preference", PREFERENCES), ("pool", POOLS)):
         if algo[key] not in allowed:
             raise ConfigError(f"algo.{key}={algo[key]!r} is not one of {', '.join(allowed)}")
     dpo = algo.preference == "dpo"
@@ -74,10 +72,10 @@ def validate_contrastive(cfg: DictConfig) -> None:
         raise ConfigError(
             "algo.contrastive_weight, algo.consistency_weight and algo.lm_weight are all 0: nothing to train"
         )
-    if algo.objective == "invariance" and algo.pool != "last" and algo.contrastive_weight > 0:
+    if algo.pool != "last" and algo.contrastive_weight > 0:
         raise ConfigError(
-            f"algo.objective=invariance compares the states that generate the answer: algo.pool must be last, "
-            f"not {algo.pool} (a mean over prompt tokens includes the injection itself)"
+            f"algo.contrastive_weight > 0 (invariance) compares the states that generate the answer: algo.pool must "
+            f"be last, not {algo.pool} (a mean over prompt tokens includes the injection itself)"
         )
     target = cfg.data.params.get("injected_target", "answer")
     if algo.consistency_weight > 0 and target != "answer":

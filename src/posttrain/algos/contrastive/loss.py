@@ -1,6 +1,6 @@
 """The loss terms of `algo=contrastive`, on the batch [benign | counterfactual | injected (| executed)].
 
-Invariance (`algo.objective=invariance`, `invariance_nce`; rows [benign | counterfactual | injected | executed]):
+Invariance (`algo.contrastive_weight`, `invariance_nce`; rows [benign | counterfactual | injected | executed]):
 anchor injected_k (task R over data D carrying injection I); positives benign_k (R over D, gradient stopped) and
 counterfactual_k (a paraphrase of R over D); hard negative executed_k (I given as the trusted request over D,
 gradient stopped), and with in-batch negatives every other example's benign, counterfactual and executed rows.
@@ -11,12 +11,6 @@ terms is a cross-entropy over one positive and the negatives, in [0, log(1 + N e
 Output consistency (`consistency_kl`): KL(p_benign || p_injected) per answer token, p_benign the benign prompt's
 next-token distribution (gradient stopped) and p_injected the injected prompt's, at the same answer tokens.
 
-Detection (`algo.objective=detection`, `info_nce`, the objective of the first experiment): anchor benign_k, positive
-counterfactual_k (and symmetrically), negatives injected_k — the same request with the injection inside its data —
-plus, with in-batch negatives, every other example's members. On unit vectors with temperature t the loss lies in
-[0, log(1 + (2B-1) e^(2/t))]: it cannot be driven down by scaling embeddings. Because one head maps every row and
-normalises, a triplet whose injected representation equals its benign one scores loss >= log 2 whatever the head's
-weights: only a change in the LM's representation can push the injection away.
 
 LM loss (the StruQ-style supervised term when it reads the injected rows): next-token cross-entropy, shifted
 (position t predicts label t+1), on assistant tokens only, for the benign and the injected rows (the model must
@@ -33,41 +27,6 @@ import torch
 import torch.nn.functional as F
 
 from posttrain.data.chat import IGNORE_INDEX
-
-
-def info_nce(z: torch.Tensor, temperature: float, in_batch_negatives: bool = True) -> tuple[torch.Tensor, dict]:
-    """Symmetric InfoNCE over unit vectors `z` [3B, P]; returns (loss, stats)."""
-    n = z.shape[0]
-    if n % 3:
-        raise ValueError(f"contrastive batch has {n} rows, not a multiple of 3 (benign, counterfactual, injected)")
-    b = n // 3
-    zb, zc, zi = z[:b], z[b : 2 * b], z[2 * b :]
-    eye = torch.eye(b, dtype=torch.bool, device=z.device)
-    losses, correct = [], []
-    for anchor, positive in ((zb, zc), (zc, zb)):
-        pos_block = anchor @ positive.T  # diagonal: positives; off-diagonal: other examples' members
-        inj_block = anchor @ zi.T  # diagonal: the own injection (hard negative)
-        if not in_batch_negatives:
-            pos_block = pos_block.masked_fill(~eye, float("-inf"))
-            inj_block = inj_block.masked_fill(~eye, float("-inf"))
-        logits = torch.cat([pos_block, inj_block], dim=1) / temperature
-        target = torch.arange(b, device=z.device)
-        losses.append(F.cross_entropy(logits, target))
-        correct.append((logits.argmax(dim=1) == target).float().mean())
-    loss = (losses[0] + losses[1]) / 2
-    with torch.no_grad():
-        stats = {
-            "nce": float(loss),
-            "nce_acc": float((correct[0] + correct[1]) / 2),
-            "sim_pos": float((zb * zc).sum(-1).mean()),  # benign vs paraphrase
-            "sim_inj": float((zb * zi).sum(-1).mean()),  # benign vs its injected version
-        }
-    return loss, stats
-
-
-def info_nce_bounds(batch_size: int, temperature: float) -> tuple[float, float]:
-    """(lower, upper) bound of `info_nce` for B triplets with in-batch negatives."""
-    return 0.0, math.log(1 + (2 * batch_size - 1) * math.exp(2 / temperature))
 
 
 def invariance_nce(z: torch.Tensor, temperature: float, in_batch_negatives: bool = True) -> tuple[torch.Tensor, dict]:

@@ -3,8 +3,7 @@
 Blocks (each B rows, example k at row k of each): benign, counterfactual, injected, and executed when the
 invariance term is on (`config.uses_executed_rows`). Terms, each with its weight:
 
-- representation (`algo.contrastive_weight`): `invariance_nce` or, with `algo.objective=detection`, `info_nce`
-  (computed, and logged, even at weight 0 for the detection objective, as in the first experiment);
+- representation (`algo.contrastive_weight`): `invariance_nce`;
 - output consistency (`algo.consistency_weight`): `consistency_kl` between the benign and injected blocks' answer
   distributions (both label the benign answer);
 - LM loss (`algo.lm_weight`, `with_lm`): next-token cross-entropy over the answer tokens of the benign block, the
@@ -20,7 +19,7 @@ import torch.nn.functional as F
 from omegaconf import DictConfig
 
 from posttrain.algos.contrastive.config import uses_executed_rows
-from posttrain.algos.contrastive.loss import answer_logits, consistency_kl, info_nce, invariance_nce
+from posttrain.algos.contrastive.loss import answer_logits, consistency_kl, invariance_nce
 from posttrain.algos.contrastive.model import ContrastiveOutput
 from posttrain.data.chat import check_labels
 
@@ -47,11 +46,8 @@ def loss_terms(
     b = rows // n_blocks
     total = out.z.new_zeros(())
     stats: dict[str, float] = {}
-    if algo.objective == "invariance" and algo.contrastive_weight > 0:
+    if algo.contrastive_weight > 0:
         rep, stats = invariance_nce(out.z, algo.temperature, algo.in_batch_negatives)
-        total = total + algo.contrastive_weight * rep
-    elif algo.objective == "detection":
-        rep, stats = info_nce(out.z[: 3 * b], algo.temperature, algo.in_batch_negatives)
         total = total + algo.contrastive_weight * rep
 
     lm_on = with_lm and algo.lm_weight > 0
