@@ -105,7 +105,7 @@ def difference_ci(
         sa = rng.integers(0, xa.shape[0], size=xa.shape[0])
         sb = rng.integers(0, xb.shape[0], size=xb.shape[0])
         n = sizes[c].sum()
-        stats[k] = sums_a[np.ix_(sa, c)].sum() / (len(sa) * n) - sums_b[np.ix_(sb, c)].sum() / (len(sb) * n)
+        stats[k] = sums_a[np.ix_(sa, c)].sum() / (xa.shape[0] * n) - sums_b[np.ix_(sb, c)].sum() / (xb.shape[0] * n)
     lo, hi = np.quantile(stats, [0.025, 0.975])
     return float(xa.mean() - xb.mean()), [float(lo), float(hi)]
 
