@@ -459,6 +459,26 @@ CASES: list[Case] = [
         setup=lambda c: _write(c / "bad.jinja", "{% for m in messages %}\n{{ m['content'] }\n{% endfor %}"),
     ),
     Case(
+        "model_path_on_a_tiny_model",
+        "model directory given to a tiny random model (issue 60)",
+        ("model.path={case}",),
+        r"model\.path is ignored by model=tiny_llama \(model\.tiny=true builds a random model\)",
+    ),
+    Case(
+        "model_config_corrupt",
+        "model directory with a corrupt config.json (issue 60)",
+        ("model=smollm2_135m", "model.path={case}"),
+        r"model\.path=.*: config\.json does not parse \(Expecting property name",
+        setup=lambda c: _write(c / "config.json", "{bad"),
+    ),
+    Case(
+        "model_without_tokenizer",
+        "model directory without a tokenizer (issue 60)",
+        ("model=smollm2_135m", "model.path={case}"),
+        r"model\.path=.*: no tokenizer \(tokenizer\.json, tokenizer\.model, vocab\.json, tokenizer_config\.json",
+        setup=lambda c: _write(c / "config.json", "{}"),
+    ),
+    Case(
         "old_trl_key",
         "GRPOConfig field under its pre-algo.trl name (issue 59)",
         ("algo.beta=0",),

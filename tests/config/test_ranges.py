@@ -210,11 +210,11 @@ def test_path_kinds_are_checked_before_anything_loads(tmp_path):
             load_config([override])
         assert needle in str(err.value) and "\n" not in str(err.value), (override, str(err.value))
     good = [
-        [f"model.path={tmp_path}", "model.gguf_file=weights.gguf"],  # relative to model.path
-        [f"model.gguf_file={tmp_path / 'weights.gguf'}"],
+        ["model=smollm2_135m", f"model.path={tmp_path}", "model.gguf_file=weights.gguf"],  # relative to model.path
+        ["model=smollm2_135m", f"model.gguf_file={tmp_path / 'weights.gguf'}"],
         ["eval.checkpoint=init", "resume=auto"],
         ["data=gsm8k"],  # nothing at data.path: a hub name
-        ["model.path=/nowhere", "mode=plan"],  # a plan reads no files
+        ["model=smollm2_135m", "model.path=/nowhere", "mode=plan"],  # a plan reads no files
     ]
     for overrides in good:
         load_config(overrides)

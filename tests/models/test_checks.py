@@ -52,3 +52,17 @@ def test_a_chat_template_with_a_syntax_error_is_one_line_with_its_line(tmp_path)
     bad.write_text("{% for m in messages %}\n{{ m['content'] }\n{% endfor %}")
     with pytest.raises(ConfigError, match=rf"^model\.chat_template={bad}: line 2: unexpected '}}'$"):
         load_config([f"model.chat_template={bad}"])
+
+
+def test_model_files_a_tiny_model_would_ignore_or_transformers_would_trip_on(tmp_path):
+    with pytest.raises(ConfigError, match=r"^model\.path is ignored by model=tiny_llama \(model\.tiny=true"):
+        load_config([f"model.path={tmp_path}"])
+    (tmp_path / "config.json").write_text("{bad")
+    with pytest.raises(ConfigError, match=r"config\.json does not parse \(Expecting property name"):
+        load_config(["model=smollm2_135m", f"model.path={tmp_path}"])
+    (tmp_path / "config.json").write_text("{}")
+    with pytest.raises(ConfigError, match=r"^model\.path=.*: no tokenizer \(tokenizer\.json, "):
+        load_config(["model=smollm2_135m", f"model.path={tmp_path}"])
+    (tmp_path / "tokenizer.json").write_text("{}")
+    load_config(["model=smollm2_135m", f"model.path={tmp_path}"])
+    load_config(["model=smollm2_135m", "model.path=/nowhere", "mode=plan"])  # a plan reads no files

@@ -86,12 +86,13 @@ def validate(cfg: DictConfig, hf_names: bool = True) -> None:
     check_choices(cfg, _CHOICES)
     check_declared(cfg)  # every field of every group against its declared range or path kind
     if hf_names:
-        from posttrain.models.checks import check_arch, check_attention, check_chat_template
+        from posttrain.models.checks import check_arch, check_attention, check_chat_template, check_model_files
 
         _check_hf_names(cfg)
         check_arch(cfg.model)
         check_attention(cfg.model, str(cfg.hw.device))
         check_chat_template(cfg.model)
+        check_model_files(cfg.model, reads_files=cfg.mode != "plan")
     if cfg.resume not in (None, "auto") and not isinstance(cfg.resume, str):
         raise ConfigError(f"resume={cfg.resume!r} must be null, auto or a checkpoint path")
     if cfg.trainer.get("stop_step") and cfg.trainer.stop_step >= cfg.trainer.max_steps:

@@ -106,6 +106,36 @@ def check_chat_template(model_cfg: DictConfig) -> None:
         raise ConfigError(f"model.chat_template={name}: {'line ' + str(line) + ': ' if line else ''}{ex}") from None
 
 
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "vocab.json", "tokenizer_config.json")
+
+
+def check_model_files(model_cfg: DictConfig, reads_files: bool = True) -> None:
+    """A tiny (random) model given files it would ignore; a `model.path` directory whose config.json does not parse
+    or that has no tokenizer (each was a traceback from transformers after the run dir was made)."""
+    import json
+    from pathlib import Path
+
+    path, gguf = model_cfg.get("path"), model_cfg.get("gguf_file")
+    if model_cfg.get("tiny") and (path or gguf):
+        key = "model.gguf_file" if gguf else "model.path"
+        raise ConfigError(
+            f"{key} is ignored by model={model_cfg.name} (model.tiny=true builds a random model): give it with a real "
+            "model's config, e.g. model=smollm2_135m"
+        )
+    if not reads_files or not path or gguf:  # a GGUF file is checked when it is converted (models.fetch)
+        return
+    local = Path(path).expanduser()
+    config = local / "config.json"
+    if not config.is_file():
+        raise ConfigError(f"model.path={path}: not a model directory (no config.json)")
+    try:
+        json.loads(config.read_text())
+    except (ValueError, UnicodeDecodeError) as ex:
+        raise ConfigError(f"model.path={path}: config.json does not parse ({ex})") from None
+    if not any((local / name).is_file() for name in TOKENIZER_FILES):
+        raise ConfigError(f"model.path={path}: no tokenizer ({', '.join(TOKENIZER_FILES)}: none there)")
+
+
 def check_lora_targets(model: Any, model_cfg: DictConfig) -> None:
     """Every `model.lora.target_modules` name matches a module of `model` (PEFT matches by the name's last parts)."""
     names = {name for name, _ in model.named_modules() if name}
