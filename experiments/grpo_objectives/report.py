@@ -1,5 +1,6 @@
-"""Table and plot of issue 25's arms: held-out accuracy gain per seed, mean with a 95% CI over seeds, the paired
-difference from the preset on the same seeds, and the accuracy after training on addition and on subtraction.
+"""Table and plot of issue 25's arms: held-out accuracy gain per seed, mean with a 95% CI over seeds and problems,
+the paired difference from the preset on the same seeds, and the accuracy after training on addition and on
+subtraction.
 
     python experiments/grpo_objectives/report.py [--arms a,b,...] [--plot experiments/grpo_objectives/gains.png]
     python experiments/grpo_objectives/report.py --collect     # after run.py: the run dirs -> the two CSV files
@@ -10,7 +11,9 @@ the run's raw files are) and results/heldout.csv (one row per run x held-out pro
 the problem's index in heldout_*.jsonl, its operation, + or -, and whether the reply was right before and after
 training). Writes the table to stdout and results/report.md, and the plot. `--collect` first builds both CSV files
 from the run dirs run.py writes (results/<arm>/seed<S>/summary.json and heldout_{before,after}.jsonl; git ignores
-them). CI: mean +- t(0.975, n-1) * sd / sqrt(n).
+them). CI: the seeds x problems bootstrap of the per-problem gains (`posttrain.analysis.stats.seeds_items_ci`; for
+the paired column, of the per-seed, per-problem differences from the base arm), which carries the variance between
+runs and between the 200 problems (a t-interval over seeds held the problems fixed).
 """
 
 from __future__ import annotations
@@ -25,6 +28,8 @@ import sys
 from pathlib import Path
 
 from scipy import stats
+
+from posttrain.analysis.stats import seeds_items_ci
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from run import ARMS, MAKE_TRAIN_ARM, base_arm
@@ -112,8 +117,9 @@ def collect(results: Path = RESULTS) -> tuple[Path, Path]:
 
 
 def load(results: Path = RESULTS) -> tuple[dict[str, dict[int, dict]], dict[tuple[str, int], list[tuple[str, float]]]]:
-    """From the two CSV files: arm -> seed -> the run's summary values (runs.csv's order), and (arm, seed) -> the
-    (operation, correct) of each held-out reply after training."""
+    """From the two CSV files: arm -> seed -> the run's summary values (runs.csv's order, with `gains`: the gain of
+    each held-out problem, after minus before, in item order), and (arm, seed) -> the (operation, correct) of each
+    held-out reply after training."""
     runs: dict[str, dict[int, dict]] = {}
     key: dict[str, tuple[str, int]] = {}
     with (results / RUNS_CSV).open(newline="") as f:
@@ -124,8 +130,12 @@ def load(results: Path = RESULTS) -> tuple[dict[str, dict[int, dict]], dict[tupl
     after: dict[tuple[str, int], list[tuple[str, float]]] = {}
     with (results / HELDOUT_CSV).open(newline="") as f:
         for row in csv.DictReader(f):
+            arm, seed = key[row["run"]]
             if row["correct_after"] != "":
-                after.setdefault(key[row["run"]], []).append((row["operation"], float(row["correct_after"])))
+                after.setdefault((arm, seed), []).append((row["operation"], float(row["correct_after"])))
+            if row["correct_after"] != "" and row["correct_before"] != "":
+                gain = float(row["correct_after"]) - float(row["correct_before"])
+                runs[arm][seed].setdefault("gains", []).append(gain)
     return runs, after
 
 
@@ -138,12 +148,43 @@ def by_operation(after: dict[tuple[str, int], list[tuple[str, float]]], arm: str
     return {op: statistics.fmean(v) if v else math.nan for op, v in right.items()}
 
 
-def ci(values: list[float]) -> tuple[float, float, float]:
+def _table_of(runs: dict[str, dict[int, dict]], arm: str, seeds: list[int]) -> list[list[float]] | None:
+    """[seeds, problems] gains of `arm`, None where a run has no per-problem rows."""
+    rows = [runs[arm][s].get("gains") for s in seeds]
+    return None if any(r is None for r in rows) else rows  # type: ignore[return-value]
+
+
+def t_ci(values: list[float]) -> tuple[float, float, float]:
+    """mean +- t(0.975, n-1) sd / sqrt(n) over seeds: for runs without per-problem rows (the problems held fixed)."""
     mean = statistics.fmean(values)
     if len(values) < 2:
         return mean, math.nan, math.nan
     half = stats.t.ppf(0.975, len(values) - 1) * statistics.stdev(values) / math.sqrt(len(values))
     return mean, mean - half, mean + half
+
+
+def _gain(run: dict) -> float:
+    return run["heldout_acc_after"] - run["heldout_acc_before"]
+
+
+def ci(runs: dict[str, dict[int, dict]], arm: str, seeds: list[int]) -> tuple[float, float, float]:
+    """Mean gain of `arm` over `seeds` with its seeds x problems 95% interval (nan bounds for one seed; the
+    t-interval over seeds where a run lacks per-problem rows)."""
+    table = _table_of(runs, arm, seeds)
+    if table is None or len(seeds) < 2:
+        return t_ci([_gain(runs[arm][s]) for s in seeds])
+    mean, (lo, hi) = seeds_items_ci(table)
+    return mean, lo, hi
+
+
+def paired_ci(runs: dict[str, dict[int, dict]], arm: str, base: str, seeds: list[int]) -> tuple[float, float, float]:
+    """Mean gain of `arm` minus `base`'s on the same problems and seed numbers (one seed starts both arms from the
+    same data order and adapters: paired), with the seeds x problems interval of the per-problem differences."""
+    a, b = _table_of(runs, arm, seeds), _table_of(runs, base, seeds)
+    if a is None or b is None or len(seeds) < 2:
+        return t_ci([_gain(runs[arm][s]) - _gain(runs[base][s]) for s in seeds])
+    d, (lo, hi) = seeds_items_ci([[x - y for x, y in zip(ra, rb)] for ra, rb in zip(a, b)])
+    return d, lo, hi
 
 
 def gains_of(runs: dict[str, dict[int, dict]], arms: list[str]) -> dict[str, dict[int, float]]:
@@ -158,7 +199,8 @@ def table(runs: dict[str, dict[int, dict]], after: dict, arms: list[str]) -> lis
     """The report's markdown table, one line per arm with runs."""
     gains = gains_of(runs, arms)
     lines = [
-        "| arm | seeds | after (mean) | after: + / - | gain mean [95% CI] | min gain | vs its base, paired [95% CI] "
+        "| arm | seeds | after (mean) | after: + / - | gain mean [95% CI, seeds x problems] | min gain | "
+        "vs its base, paired [95% CI] "
         "| s per run |",
         "|---|---|---|---|---|---|---|---|",
     ]
@@ -166,7 +208,7 @@ def table(runs: dict[str, dict[int, dict]], after: dict, arms: list[str]) -> lis
         g = gains[arm]
         if not g:
             continue
-        mean, lo, hi = ci(list(g.values()))
+        mean, lo, hi = ci(runs, arm, list(g))
         after_mean = statistics.fmean(runs[arm][s]["heldout_acc_after"] for s in g)
         base_name = base_arm(arm)
         base = gains.get(base_name) or {
@@ -175,7 +217,7 @@ def table(runs: dict[str, dict[int, dict]], after: dict, arms: list[str]) -> lis
         shared = [s for s in g if s in base]
         paired = "—"
         if arm != "preset" and shared:
-            d, dlo, dhi = ci([g[s] - base[s] for s in shared])
+            d, dlo, dhi = paired_ci(runs, arm, base_name, shared)
             paired = f"{d:+.3f} [{dlo:+.3f}, {dhi:+.3f}] vs {base_name} (n={len(shared)})"
         runtime = statistics.fmean(runs[arm][s]["runtime_s"] for s in g)
         seeds_ = ",".join(str(s) for s in g)
@@ -188,7 +230,7 @@ def table(runs: dict[str, dict[int, dict]], after: dict, arms: list[str]) -> lis
     return lines
 
 
-def plot(gains: dict[str, dict[int, float]], path: str, min_seeds: int) -> None:
+def plot(runs: dict[str, dict[int, dict]], gains: dict[str, dict[int, float]], path: str, min_seeds: int) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -198,7 +240,7 @@ def plot(gains: dict[str, dict[int, float]], path: str, min_seeds: int) -> None:
     fig, ax = plt.subplots(figsize=(9, 0.4 * len(shown) + 1.5))
     for i, arm in enumerate(shown):
         values = list(gains[arm].values())
-        mean, lo, hi = ci(values)
+        mean, lo, hi = ci(runs, arm, list(gains[arm]))
         ax.scatter(values, [i] * len(values), color="0.5", s=14, zorder=3)
         colour = "C1" if arm == MAKE_TRAIN_ARM else "C0"  # the make-train preset in orange
         ax.errorbar([mean], [i], xerr=[[mean - lo], [hi - mean]], fmt="o", color=colour)
@@ -209,7 +251,7 @@ def plot(gains: dict[str, dict[int, float]], path: str, min_seeds: int) -> None:
     ax.set_xlabel("held-out accuracy gain (200 problems)")
     ax.set_title(
         "GRPO + LoRA on SmolLM2-135M, make-train configuration\n"
-        f"gain per seed (grey), mean, 95% CI; arms with >= {min_seeds} seeds; orange: the preset",
+        f"gain per seed (grey), mean, 95% CI over seeds x problems; arms with >= {min_seeds} seeds; orange: the preset",
         fontsize=10,
     )
     ax.legend(loc="upper left", fontsize=8)
@@ -236,7 +278,7 @@ def main(argv: list[str] | None = None) -> None:
     print("\n".join(lines))
     command = COMMAND + (f" --arms {args.arms}" if args.arms else "")
     (args.report or args.results / REPORT_MD).write_text("\n".join([f"<!-- {command} -->", *lines]) + "\n")
-    plot(gains_of(runs, arms), args.plot, args.plot_min_seeds)
+    plot(runs, gains_of(runs, arms), args.plot, args.plot_min_seeds)
     print(f"plot: {args.plot}")
 
 

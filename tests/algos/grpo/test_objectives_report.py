@@ -122,8 +122,9 @@ def test_report_table(tmp_path):
             replies = list(zip(questions, answers[seed])) if arm == "preset" and seed in answers else None
             _write_run(tmp_path / arm / f"seed{seed}", summary, None, replies)
     rows = _report(report, tmp_path, "--collect")
-    mean, lo, hi = report.ci([0.3, 0.4, 0.35])
-    # the preset's gains 0.3, 0.4, 0.35: sd 0.05, half-width t(0.975, 2) * sd / sqrt(3)
+    mean, lo, hi = report.t_ci([0.3, 0.4, 0.35])
+    # the preset's gains 0.3, 0.4, 0.35 (seed 2 wrote no per-problem rows: the t-interval over seeds): sd 0.05,
+    # half-width t(0.975, 2) * sd / sqrt(3)
     assert mean == pytest.approx(0.35) and hi - mean == pytest.approx(4.302653 * 0.05 / math.sqrt(3), rel=1e-5)
     assert lo == pytest.approx(2 * mean - hi)
     assert rows["preset"][1] == "0,1,2" and rows["preset"][4].startswith("+0.350 [")
@@ -185,10 +186,16 @@ def test_collect_builds_the_csv_files_the_report_reads(tmp_path, capsys):
     for path in (runs_csv, heldout_csv):
         (data / path.name).write_bytes(path.read_bytes())
     rows = _report(report, data)
-    # the preset's gains 0.25 and 0.25; lr2e-4_dynamic_sampling's 0.5 and 0.75, paired +0.25 and +0.5 over it
-    assert rows["preset"][1:6] == ["0,1", "0.500", "0.75 / 0.25", "+0.250 [+0.250, +0.250]", "+0.250"]
-    d, dlo, dhi = report.ci([0.25, 0.5])
-    assert dhi - d == pytest.approx(12.706205 * 0.25 / math.sqrt(2) / math.sqrt(2), rel=1e-6)
+    # the preset's per-problem gains (0, 0, 1, 0) and (0, 1, 0, 0): 0.25 on both seeds, the problems differ; the
+    # interval is the seeds x problems bootstrap of that table, the paired one of the per-problem differences
+    from posttrain.analysis.stats import seeds_items_ci
+
+    preset = [[0.0, 0.0, 1.0, 0.0], [0.0, 1.0, 0.0, 0.0]]
+    mean, (lo, hi) = seeds_items_ci(preset)
+    assert lo < mean == 0.25 < hi
+    assert rows["preset"][1:6] == ["0,1", "0.500", "0.75 / 0.25", f"+0.250 [{lo:+.3f}, {hi:+.3f}]", "+0.250"]
+    dynamic_gains = [[0.0, 1.0, 1.0, 0.0], [0.0, 1.0, 1.0, 1.0]]
+    d, (dlo, dhi) = seeds_items_ci([[a - b for a, b in zip(x, y)] for x, y in zip(dynamic_gains, preset)])
     dynamic = rows["lr2e-4_dynamic_sampling"]
     assert dynamic[2:4] == ["0.875", "1.00 / 0.75"] and dynamic[4].startswith("+0.625 [")
     assert dynamic[6] == f"+0.375 [{dlo:+.3f}, {dhi:+.3f}] vs preset (n=2)" and dynamic[7] == "301 |"
