@@ -13,10 +13,13 @@ git-ignored) and writes the tables the report reads:
     heldout.csv   one row per (run, held-out problem): the question, its operation, correct before / after training
                   (the math checker on the last number), and the lenient reading ("= <answer>" anywhere)
 
-Held-out accuracy CIs are percentile bootstraps over the 200 held-out problems (10,000 resamples, fixed seed).
-Over seeds, each problem's correctness is first averaged over the runs of a condition, then problems are
-resampled: the CI covers the choice of problems, not the seed-to-seed spread (the per-seed values show that).
-"Gain" is paired: the same problem before and after. Seconds per step are the mean of metrics.jsonl's `step_time`.
+Held-out accuracy CIs of a run are percentile bootstraps over the 200 held-out problems (10,000 resamples, fixed
+seed). Over the seeds of a condition they resample seeds and problems together (`posttrain.analysis.stats.
+seeds_items_ci` on the [runs, problems] table), so they carry the seed-to-seed spread as well as the choice of
+problems (until 2026-12-02 the seeds were averaged per problem first, which left the spread out); the difference
+between two conditions resamples the problems once for both and each condition's seeds on their own
+(`difference_ci`). "Gain" is paired: the same problem before and after. Seconds per step are the mean of
+metrics.jsonl's `step_time`.
 """
 
 from __future__ import annotations
@@ -31,6 +34,7 @@ import numpy as np
 import pandas as pd
 
 from posttrain.analysis import load_summaries
+from posttrain.analysis.stats import difference_ci, seeds_items_ci
 from posttrain.analysis.tables import write_csv as _write_csv
 
 HERE = Path(__file__).resolve().parent
@@ -227,8 +231,9 @@ def conditions(df: pd.DataFrame) -> list[tuple[str, pd.DataFrame]]:
     return out
 
 
-def _mean_over_runs(problems: dict[str, pd.DataFrame], names: pd.Series, column: str) -> np.ndarray:
-    return np.mean([problems[n][column].to_numpy(dtype=float) for n in names], axis=0)
+def _runs_table(problems: dict[str, pd.DataFrame], names: pd.Series, column: str) -> np.ndarray:
+    """[runs, problems] of `column` for the runs `names`."""
+    return np.stack([problems[n][column].to_numpy(dtype=float) for n in names])
 
 
 def summary_table(groups: list[tuple[str, pd.DataFrame]], problems: dict[str, pd.DataFrame]) -> str:
@@ -238,16 +243,15 @@ def summary_table(groups: list[tuple[str, pd.DataFrame]], problems: dict[str, pd
         "|---|---|---|---|---|---|---|---|---|",
     ]
     for name, g in groups:
-        before = _mean_over_runs(problems, g["run"], "correct_before")
-        after = _mean_over_runs(problems, g["run"], "correct_after")
-        gain = after - before
+        before = _runs_table(problems, g["run"], "correct_before")
+        after = _runs_table(problems, g["run"], "correct_after")
         cells = [
             name,
             ", ".join(map(str, g["seed"])),
             f"{before.mean():.3f}",
-            fmt_ci(after.mean(), boot_ci(after)),
+            fmt_ci(*_two_way(after)),
             ", ".join(f"{problems[n]['correct_after'].to_numpy(dtype=float).mean():.3f}" for n in g["run"]),
-            fmt_ci(gain.mean(), boot_ci(gain), "+"),
+            fmt_ci(*_two_way(after - before), "+"),
             f"{g['s_per_step'].mean():.2f}",
             f"{g['wall_s'].mean():.0f}",
             f"{g['rss_gib'].max():.2f}",
@@ -255,10 +259,16 @@ def summary_table(groups: list[tuple[str, pd.DataFrame]], problems: dict[str, pd
         lines.append(row(cells))
     if len(groups) == 2:
         (na, ga), (nb, gb) = groups
-        a = _mean_over_runs(problems, ga["run"], "correct_after")
-        b = _mean_over_runs(problems, gb["run"], "correct_after")
-        lines.append(f"\nafter: {na} minus {nb}, paired over problems: {fmt_ci((a - b).mean(), boot_ci(a - b), '+')}")
+        a = _runs_table(problems, ga["run"], "correct_after")
+        b = _runs_table(problems, gb["run"], "correct_after")
+        d, (lo, hi) = difference_ci(a, b, n_boot=10_000)
+        lines.append(f"\nafter: {na} minus {nb}, paired over problems, seeds resampled: {fmt_ci(d, (lo, hi), '+')}")
     return "\n".join(lines)
+
+
+def _two_way(table: np.ndarray) -> tuple[float, tuple[float, float]]:
+    mean, (lo, hi) = seeds_items_ci(table, n_boot=10_000)
+    return mean, (lo, hi)
 
 
 def by_operation(groups: list[tuple[str, pd.DataFrame]], problems: dict[str, pd.DataFrame]) -> str:
@@ -271,7 +281,7 @@ def by_operation(groups: list[tuple[str, pd.DataFrame]], problems: dict[str, pd.
     columns = ("correct_before", "correct_after", "lenient_before", "lenient_after")
     for name, g in groups:
         plus = (problems[g["run"].iloc[0]]["op"] == "+").to_numpy()
-        acc = {c: _mean_over_runs(problems, g["run"], c) for c in columns}
+        acc = {c: _runs_table(problems, g["run"], c).mean(axis=0) for c in columns}
         for op, mask in (("+", plus), ("-", ~plus), ("all", np.ones_like(plus))):
             cells = " | ".join(f"{acc[c][mask].mean():.3f}" for c in columns)
             lines.append(f"| {name} | {op} | {mask.sum()} | {cells} |")
