@@ -83,3 +83,14 @@ def test_sign_flip_p_values_are_exact():
     assert sign_flip_test([3.0, 1.0, 1.0, 1.0, 1.0]) == pytest.approx(2 / 32)
     many = sign_flip_test(list(np.random.default_rng(4).normal(0, 1, 40)), n_perm=20_000)
     assert 0.05 < many <= 1.0  # no effect: not significant
+
+
+def test_weights_make_the_statistic_a_ratio():
+    """answer-token NLL sums over token counts: sum(table) / sum(weights), the interval of that ratio."""
+    rng = np.random.default_rng(5)
+    tokens = rng.integers(1, 6, (SEEDS, ITEMS)).astype(float)
+    nll = tokens * (2.0 + rng.normal(0, 0.1, (SEEDS, ITEMS)))
+    mean, (lo, hi) = seeds_items_ci(nll, weights=tokens, n_boot=1000)
+    assert mean == pytest.approx(nll.sum() / tokens.sum()) and lo < mean < hi and hi - lo < 0.05
+    with pytest.raises(ValueError, match="weights of shape"):
+        seeds_items_ci(nll, weights=tokens[:, :3])
