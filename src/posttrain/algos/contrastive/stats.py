@@ -14,22 +14,21 @@ from typing import Any
 
 import numpy as np
 
+from posttrain.analysis.stats import bootstrap_ci
+
 N_BOOT = 2000
 
 
 def cluster_bootstrap(
-    values: Sequence[float], clusters: Sequence[Any], n_boot: int = N_BOOT, seed: int = 0, level: float = 0.95
+    values: Sequence[float], clusters: Sequence[Any], n_boot: int = N_BOOT, seed: int = 0
 ) -> tuple[float, float, float]:
-    """(mean, lower, upper): the item mean and its percentile-bootstrap interval, resampling whole clusters."""
-    v = np.asarray(values, dtype=float)
-    if v.size == 0:
+    """(mean, lower, upper): the item mean and its 95% percentile-bootstrap interval, resampling whole clusters
+    (`posttrain.analysis.stats.bootstrap_ci`)."""
+    v = [float(x) for x in values]
+    if not v:
         raise ValueError("no values to bootstrap")
-    _, index = np.unique(np.asarray([str(c) for c in clusters]), return_inverse=True)
-    sums, counts = np.bincount(index, weights=v), np.bincount(index)
-    draw = np.random.default_rng(seed).integers(0, len(sums), size=(n_boot, len(sums)))
-    boot = sums[draw].sum(axis=1) / counts[draw].sum(axis=1)
-    lo, hi = np.quantile(boot, [(1 - level) / 2, 1 - (1 - level) / 2])
-    return float(v.mean()), float(lo), float(hi)
+    lo, hi = bootstrap_ci(v, n_boot=n_boot, seed=seed, clusters=list(clusters))
+    return float(np.mean(v)), lo, hi
 
 
 def _cluster(record: dict[str, Any]) -> Any:
