@@ -31,6 +31,7 @@ import sys
 from pathlib import Path
 
 from posttrain.algos.contrastive.stats import group_means, paired_difference
+from posttrain.analysis.stats import sign_flip_test
 from posttrain.analysis.tables import read_csv as _read_csv
 from posttrain.analysis.tables import write_csv as _write_csv
 
@@ -307,16 +308,20 @@ def arm_table(all_runs: dict[str, dict]) -> list[str]:
 
 def pooled_pair_table(all_runs: dict[str, dict]) -> list[str]:
     """Arm a minus arm b over every seed both ran (b = base: the same base records for each seed): per-item
-    differences of the same seed, pooled over seeds, intervals resampling task instances."""
+    differences of the same seed, pooled over seeds, intervals resampling task instances; for the held-out families'
+    ASR also the sign-flip p-value over task instances (few instances carry the hits: an interval over 20 is
+    narrower than the evidence, `posttrain.analysis.stats.sign_flip_test`)."""
     metrics = (
         ("attack_success", "held-out families", "ASR held-out families"),
         ("attack_success", "all", "ASR all families"),
         ("injected_ok", "all", "utility under injection"),
         ("benign_ok", "all", "utility clean"),
     )
-    lines = ["| pair | seeds | " + " | ".join(m[2] for m in metrics) + " |", "|---" * (len(metrics) + 2) + "|"]
+    head = " | ".join(m[2] for m in metrics)
+    lines = [f"| pair | seeds | {head} | ASR held-out: sign-flip p (instances) |", "|---" * (len(metrics) + 3) + "|"]
     pairs = [*PAIRS, *((arm, "base") for arm in ARMS)]
     for a, b in pairs:
+        flip = "-"
         matched = []
         for run in _pooled(all_runs, a):
             other = (
@@ -338,8 +343,23 @@ def pooled_pair_table(all_runs: dict[str, dict]) -> list[str]:
                     if o is not None and r.get(key) is not None and o.get(key) is not None:
                         diffs.append({**r, "diff": float(r[key]) - float(o[key])})
             cells.append(signed(group_means(diffs, "diff").get("all")) if diffs else "-")
+            if key == "attack_success" and rows == "held-out families":
+                flip = _sign_flip(diffs)
+        cells.append(flip)
         lines.append(f"| {a} − {b} | {len(matched)} | " + " | ".join(cells) + " |")
     return lines
+
+
+def _sign_flip(diffs: list[dict]) -> str:
+    """`p (k)`: the sign-flip p-value of the per-instance mean differences, k instances with a non-zero one."""
+    by_instance: dict[str, list[float]] = {}
+    for d in diffs:
+        by_instance.setdefault(str(d.get("cluster") or d["id"]), []).append(d["diff"])
+    means = [sum(v) / len(v) for v in by_instance.values()]
+    moved = [m for m in means if m != 0]
+    if not moved:
+        return "-"
+    return f"{sign_flip_test(moved):.3f} ({len(moved)} of {len(means)})"  # zeros flip to themselves
 
 
 def cost_table(all_runs: dict[str, dict]) -> list[str]:
