@@ -327,3 +327,25 @@ def test_train_py_terminal_for_loss_algorithms(tmp_path, algo, overrides, label)
     assert all(" loss " in line and f" {label} " in line for line in lines), lines
     assert "{'" not in proc.stdout + proc.stderr and f"summary ({algo})" in proc.stdout
     assert png_size(run / "plots" / "loss.png")[1] == 360
+
+
+def test_the_end_table_shows_an_algorithms_result_columns():
+    """D2L's evaluation conditions were missing from the end table: `results` names them, one row per condition."""
+    from posttrain.algos.registry import get_algorithm
+    from posttrain.callbacks.console import ConsoleSpec, summary_table
+
+    summary = {
+        "algo": "d2l",
+        "eval_no_context_accuracy": 0.1,
+        "eval_no_context_answer_loss": 3.0,
+        "eval_no_context_accuracy_ci95": [0.0, 0.2],  # a list: not a cell
+        "eval_d2l_accuracy": 0.5,
+        "eval_in_context_truncated_answer_loss": 1.25,
+        "runtime_s": 61.0,
+    }
+    lines = summary_table(summary, [], get_algorithm("d2l").console).splitlines()
+    assert lines[1].split() == ["accuracy", "answer", "CE"]
+    assert lines[2].split() == ["no_context", "0.1", "3"] and lines[3].split() == ["d2l", "0.5", "-"]
+    assert lines[4].split() == ["in_context_truncated", "-", "1.25"] and lines[5].split()[0] == "runtime"
+    with pytest.raises(ValueError, match="room for two"):
+        ConsoleSpec.of({"results": {"a": "x", "b": "y", "c": "z"}})

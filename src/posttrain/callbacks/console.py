@@ -43,6 +43,9 @@ class ConsoleSpec:
     show: Mapping[str, str] = field(default_factory=lambda: {"loss": "loss"})
     trend: tuple[str, ...] = ("loss",)
     plots: Mapping[str, tuple[str, ...]] = field(default_factory=lambda: {"loss.png": ("loss",)})
+    # end table: column label -> a regex over summary.json keys whose group 1 names the row (at most two columns),
+    # e.g. {"accuracy": r"^eval_(\w+)_accuracy$"}: one row per evaluation condition
+    results: Mapping[str, str] = field(default_factory=dict)
 
     @classmethod
     def of(cls, declared: Mapping[str, Any] | ConsoleSpec | None) -> ConsoleSpec:
@@ -51,14 +54,18 @@ class ConsoleSpec:
             return cls()
         if isinstance(declared, ConsoleSpec):
             return declared
-        unknown = set(declared) - {"show", "trend", "plots"}
+        unknown = set(declared) - {"show", "trend", "plots", "results"}
         if unknown:
-            raise ValueError(f"console has unknown fields {sorted(unknown)} (known: show, trend, plots)")
+            raise ValueError(f"console has unknown fields {sorted(unknown)} (known: show, trend, plots, results)")
         spec = cls()
+        results = dict(declared.get("results", {}))
+        if len(results) > 2:
+            raise ValueError(f"console results has {len(results)} columns; the end table has room for two")
         return cls(
             show=dict(declared.get("show", spec.show)),
             trend=tuple(declared.get("trend", spec.trend)),
             plots={name: tuple(keys) for name, keys in declared.get("plots", spec.plots).items()},
+            results=results,
         )
 
     def label(self, key: str) -> str:
@@ -183,14 +190,34 @@ def _first_last(values: Sequence[float], n: int = 5) -> tuple[float, float]:
     return sum(values[:n]) / len(values[:n]), sum(values[-n:]) / len(values[-n:])
 
 
+def _results_rows(summary: Mapping[str, Any], results: Mapping[str, str]) -> list[tuple[str, str, str, str]]:
+    """The spec's result columns: one row per name the regexes find in summary.json, in first-seen order."""
+    import re
+
+    table: dict[str, dict[str, Any]] = {}
+    for column, pattern in results.items():
+        for key, value in summary.items():
+            m = re.match(pattern, key)
+            if m and isinstance(value, (int, float)) and not isinstance(value, bool):
+                table.setdefault(m.group(1), {})[column] = value
+    if not table:
+        return []
+    columns = list(results) + [""] * (2 - len(results))
+    rows: list[tuple[str, str, str, str]] = [("", columns[0], columns[1], "")]
+    for name, values in table.items():
+        cells = [fmt(values[c]) if c in values else "-" for c in columns[:2]]
+        rows.append((name, cells[0], cells[1] if columns[1] else "", ""))
+    return rows
+
+
 def summary_table(
     summary: Mapping[str, Any],
     metrics: Sequence[Mapping[str, Any]],
     spec: ConsoleSpec | Mapping[str, Any] | None = None,
 ) -> str:
     """The end-of-run table: first-5/last-5 means of the spec's `trend` metrics (over logged steps; `off` for one
-    logged only as null/NaN), every `<name>_before`/`<name>_after` pair of summary.json (e.g. heldout_acc), and the
-    runtime."""
+    logged only as null/NaN), every `<name>_before`/`<name>_after` pair of summary.json (e.g. heldout_acc), the spec's
+    `results` (e.g. D2L's accuracy per evaluation condition), and the runtime."""
     spec = ConsoleSpec.of(spec)
     rows: list[tuple[str, str, str, str]] = []
     trends: list[tuple[str, str, str, str]] = []
@@ -211,6 +238,7 @@ def summary_table(
         for p in pairs:
             before, after = summary[f"{p}_before"], summary[f"{p}_after"]
             rows.append((p, fmt(before), fmt(after), f"{after - before:+.4g}"))
+    rows += _results_rows(summary, spec.results)
     runtime = summary.get("runtime_s")
     if isinstance(runtime, (int, float)) and math.isfinite(runtime):
         steps = summary.get("final_step")

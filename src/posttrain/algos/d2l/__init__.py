@@ -38,6 +38,8 @@ class D2L(Algorithm):
         },
         "trend": ("loss", "ce_loss", "kl_loss", "gen_lora_l1_norm", "grad_norm"),
         "plots": {"loss.png": ("loss", "ce_loss", "kl_loss")},
+        # the held-out evaluation after training, one row per condition (eval.json has the intervals)
+        "results": {"accuracy": r"^eval_(\w+?)_accuracy$", "answer CE": r"^eval_(\w+?)_answer_loss$"},
     }
 
     def validate(self, cfg: DictConfig) -> None:
