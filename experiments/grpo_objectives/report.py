@@ -199,10 +199,9 @@ def table(runs: dict[str, dict[int, dict]], after: dict, arms: list[str]) -> lis
     """The report's markdown table, one line per arm with runs."""
     gains = gains_of(runs, arms)
     lines = [
-        "| arm | seeds | after (mean) | after: + / - | gain mean [95% CI, seeds x problems] | min gain | "
-        "vs its base, paired [95% CI] "
-        "| s per run |",
-        "|---|---|---|---|---|---|---|---|",
+        "| arm | seeds | after (mean) | after, by seed | after: + / - | gain mean [95% CI, seeds x problems] "
+        "| min gain | vs its base, paired [95% CI] | s per run |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     for arm in arms:
         g = gains[arm]
@@ -210,6 +209,7 @@ def table(runs: dict[str, dict[int, dict]], after: dict, arms: list[str]) -> lis
             continue
         mean, lo, hi = ci(runs, arm, list(g))
         after_mean = statistics.fmean(runs[arm][s]["heldout_acc_after"] for s in g)
+        after_lo, after_hi = (f(runs[arm][s]["heldout_acc_after"] for s in g) for f in (min, max))
         base_name = base_arm(arm)
         base = gains.get(base_name) or {
             s: r["heldout_acc_after"] - r["heldout_acc_before"] for s, r in runs.get(base_name, {}).items()
@@ -223,7 +223,8 @@ def table(runs: dict[str, dict[int, dict]], after: dict, arms: list[str]) -> lis
         seeds_ = ",".join(str(s) for s in g)
         ops = by_operation(after, arm, list(g))
         lines.append(
-            f"| {arm} | {seeds_} | {after_mean:.3f} | {ops['+']:.2f} / {ops['-']:.2f} | "
+            f"| {arm} | {seeds_} | {after_mean:.3f} | {after_lo:.3f}-{after_hi:.3f} | "
+            f"{ops['+']:.2f} / {ops['-']:.2f} | "
             f"{mean:+.3f} [{lo:+.3f}, {hi:+.3f}] | {min(g.values()):+.3f} | "
             f"{paired} | {runtime:.0f} |"
         )

@@ -127,12 +127,13 @@ def test_report_table(tmp_path):
     # half-width t(0.975, 2) * sd / sqrt(3)
     assert mean == pytest.approx(0.35) and hi - mean == pytest.approx(4.302653 * 0.05 / math.sqrt(3), rel=1e-5)
     assert lo == pytest.approx(2 * mean - hi)
-    assert rows["preset"][1] == "0,1,2" and rows["preset"][4].startswith("+0.350 [")
+    assert rows["preset"][1] == "0,1,2" and rows["preset"][5].startswith("+0.350 [")
+    assert rows["preset"][3] == "0.400-0.500"  # after training, the lowest and highest seed
     # addition: 3 right of 4 answers over seeds 0-1 (seed 2 wrote none); subtraction: 1 of 2
-    assert rows["preset"][3] == "0.75 / 0.50" and rows["dapo"][3] == "nan / nan"
+    assert rows["preset"][4] == "0.75 / 0.50" and rows["dapo"][4] == "nan / nan"
     # dapo pairs with lr5e-4 on seeds 0-1: (0.1 - 0.2, 0.2 - 0.0) -> mean +0.050
-    assert rows["dapo"][6].startswith("+0.050 [") and rows["dapo"][6].endswith("vs lr5e-4 (n=2)")
-    assert rows["lr5e-4"][6].endswith("vs preset (n=3)") and rows["lr5e-4"][5] == "+0.000"
+    assert rows["dapo"][7].startswith("+0.050 [") and rows["dapo"][7].endswith("vs lr5e-4 (n=2)")
+    assert rows["lr5e-4"][7].endswith("vs preset (n=3)") and rows["lr5e-4"][6] == "+0.000"
     assert (tmp_path / "gains.png").stat().st_size > 0
 
 
@@ -193,12 +194,19 @@ def test_collect_builds_the_csv_files_the_report_reads(tmp_path, capsys):
     preset = [[0.0, 0.0, 1.0, 0.0], [0.0, 1.0, 0.0, 0.0]]
     mean, (lo, hi) = seeds_items_ci(preset)
     assert lo < mean == 0.25 < hi
-    assert rows["preset"][1:6] == ["0,1", "0.500", "0.75 / 0.25", f"+0.250 [{lo:+.3f}, {hi:+.3f}]", "+0.250"]
+    assert rows["preset"][1:7] == [
+        "0,1",
+        "0.500",
+        "0.500-0.500",
+        "0.75 / 0.25",
+        f"+0.250 [{lo:+.3f}, {hi:+.3f}]",
+        "+0.250",
+    ]
     dynamic_gains = [[0.0, 1.0, 1.0, 0.0], [0.0, 1.0, 1.0, 1.0]]
     d, (dlo, dhi) = seeds_items_ci([[a - b for a, b in zip(x, y)] for x, y in zip(dynamic_gains, preset)])
     dynamic = rows["lr2e-4_dynamic_sampling"]
-    assert dynamic[2:4] == ["0.875", "1.00 / 0.75"] and dynamic[4].startswith("+0.625 [")
-    assert dynamic[6] == f"+0.375 [{dlo:+.3f}, {dhi:+.3f}] vs preset (n=2)" and dynamic[7] == "301 |"
+    assert dynamic[2:5] == ["0.875", "0.750-1.000", "1.00 / 0.75"] and dynamic[5].startswith("+0.625 [")
+    assert dynamic[7] == f"+0.375 [{dlo:+.3f}, {dhi:+.3f}] vs preset (n=2)" and dynamic[8] == "301 |"
     assert capsys.readouterr().out.splitlines()[:4] == (data / "report.md").read_text().splitlines()[1:]
 
 
