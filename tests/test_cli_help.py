@@ -58,3 +58,18 @@ def test_non_ascii_values_are_quoted_for_hydras_grammar():
         "x='ü'",
         "--cfg",
     ]
+
+
+def test_a_run_refused_after_hydra_made_its_dir_leaves_nothing(tmp_path):
+    """A LoRA target that names no module is found once the plan builds the (meta) model, after Hydra wrote
+    `.hydra/` and its job log: they go, and so does the dir this command made; a dir that held anything else is
+    left as it is (Hydra's files with it)."""
+    run = tmp_path / "run"
+    proc = run_cli("trainer.max_steps=1", "model.lora.target_modules=[foo_proj]", f"hydra.run.dir={run}")
+    assert proc.returncode == 2 and "names no module" in proc.stderr and not run.exists()
+    kept = tmp_path / "kept"
+    kept.mkdir()
+    (kept / "notes.txt").write_text("the researcher's\n")
+    proc = run_cli("trainer.max_steps=1", "model.lora.target_modules=[foo_proj]", f"hydra.run.dir={kept}")
+    assert proc.returncode == 2 and (kept / "notes.txt").read_text() == "the researcher's\n"
+    assert (kept / ".hydra").is_dir()

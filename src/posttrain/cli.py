@@ -4,6 +4,7 @@ then hand over to @hydra.main."""
 from __future__ import annotations
 
 import sys
+import time
 
 import hydra
 from omegaconf import DictConfig
@@ -14,6 +15,8 @@ from posttrain.dist import is_main_process, rank_overrides
 from posttrain.errors import UserError
 from posttrain.inputs import check_inputs
 from posttrain.paths import CONF_DIR
+
+_STARTED = time.time() - 1  # files at least this new were written by this process (1 s of mtime granularity)
 
 MAX_CHECKED_MEMBERS = 256  # a larger grid is checked on its first members (each check composes once, ~0.1 s)
 
@@ -142,8 +145,32 @@ def _hydra_main(cfg: DictConfig) -> float | None:
     try:
         return run(cfg)
     except UserError as ex:
+        _forget_hydras_files()
         print(f"error: {ex}", file=sys.stderr)
         sys.exit(ex.exit_code)
+
+
+def _forget_hydras_files() -> None:
+    """A run refused after Hydra made its dir (a check that needs the model's modules) leaves no `.hydra/` or job
+    log behind: removed when the dir holds nothing else and every file in it was written by this process."""
+    import shutil
+    from pathlib import Path
+
+    from hydra.core.hydra_config import HydraConfig
+
+    if not HydraConfig.initialized() or not is_main_process():
+        return
+    out = Path(HydraConfig.get().runtime.output_dir)
+    files = [p for p in out.rglob("*") if p.is_file()]
+    ours = all(p.stat().st_mtime >= _STARTED for p in files)
+    only_hydras = all(p.relative_to(out).parts[0] == ".hydra" or p.suffix == ".log" for p in files)
+    if not files or not ours or not only_hydras:
+        return
+    shutil.rmtree(out / ".hydra", ignore_errors=True)
+    for log in out.glob("*.log"):
+        log.unlink(missing_ok=True)
+    if not any(out.iterdir()):
+        out.rmdir()
 
 
 READS_A_RUN = ("mode=eval", "mode=export", "mode=sample")
