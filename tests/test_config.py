@@ -128,3 +128,19 @@ def test_a_plus_key_the_schema_lacks_is_refused_with_the_closest_name():
     assert cfg.model.arch.mlp_bias is True and cfg.data.params.extra == 1
     with pytest.raises(ConfigError, match=r"^model\.arch\.rope_scaling_x: LlamaConfig has no such field"):
         load_config(["+model.arch.rope_scaling_x=2"])  # ... which the family's config class checks
+
+
+def test_the_data_schema_holds_no_algorithm_field():
+    """GRPO's rewards and held-out scoring are the algorithm's (`algo.rewards`, `algo.heldout`), set by each GRPO
+    task file; the data schema knows no algorithm, and no algorithm schema repeats a data field."""
+    from dataclasses import fields
+
+    from posttrain.algos.registry import algorithms
+    from posttrain.config.schema import DataConfig
+
+    data_fields = {f.name for f in fields(DataConfig)}
+    assert not data_fields & {"rewards", "heldout", "heldout_batch_size"}
+    for name, algo in algorithms().items():
+        assert not (data_fields - {"name", "seed"}) & {f.name for f in fields(algo.schema)}, name
+    cfg = load_config(["data=add"])
+    assert cfg.algo.heldout == 200 and cfg.algo.rewards[0]["name"] == "math"
