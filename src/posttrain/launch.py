@@ -2,6 +2,7 @@
 
     python -m posttrain.launch hw=h200 model=llama3_1_8b          # accelerate launch, conf/accelerate/<hw...>.yaml
     python -m posttrain.launch --dry-run hw=a100 hw.num_devices=4 # print the command only
+    python -m posttrain.launch --script tests/sweeps/seeded_train.py hw=cpu hw.num_devices=2 ...  # another entry
 
 The accelerate config file comes from `hw.accelerate_config` (ddp | fsdp2 | deepspeed_zero2 | deepspeed_zero3, files
 in conf/accelerate/), the process count from `hw.num_devices`. The launcher stamps the run directory once for all
@@ -9,8 +10,8 @@ ranks (`POSTTRAIN_RUN_STAMP`, see `posttrain.dist`). Under a multi-task submitit
 launcher with `tasks_per_node > 1`) no launcher is needed: `posttrain.dist.export_submitit_env()` turns the job
 environment into the torch `env://` variables, so HF Trainer runs DDP across the tasks.
 
-Several machines: pass `hydra.run.dir=` yourself (each node's launcher starts at its own time). On CPU processes only
-`ddp` runs (over gloo): accelerate would run an FSDP or DeepSpeed config as DDP there, so the launcher refuses them.
+Several machines: pass `hydra.run.dir=` yourself (each node's launcher starts at its own time). On CPU processes
+every engine runs over gloo (`posttrain.cpu_engines`: accelerate alone would run an FSDP or DeepSpeed config as DDP).
 """
 
 from __future__ import annotations
@@ -25,8 +26,9 @@ from posttrain.dist import RUN_STAMP_ENV, run_stamp
 from posttrain.paths import ACCELERATE_DIR
 
 
-def accelerate_command(overrides: Sequence[str]) -> list[str]:
-    """`accelerate launch --config_file ... -m posttrain <overrides>` for the composed hw profile."""
+def accelerate_command(overrides: Sequence[str], script: str | None = None) -> list[str]:
+    """`accelerate launch --config_file ... -m posttrain <overrides>` for the composed hw profile (`script`: a file
+    that runs posttrain's CLI its own way instead, e.g. tests/sweeps/seeded_train.py)."""
     from posttrain.config.compose import load_config
 
     cfg = load_config(list(overrides))
@@ -35,13 +37,6 @@ def accelerate_command(overrides: Sequence[str]) -> list[str]:
     if not config_file.is_file():
         available = ", ".join(sorted(p.stem for p in ACCELERATE_DIR.glob("*.yaml")))
         raise ValueError(f"hw.accelerate_config={name}: no {config_file} (available: {available})")
-    if cfg.hw.device == "cpu" and name != "ddp":
-        # accelerate 1.x leaves an FSDP or DeepSpeed config undistributed on CPU and HF Trainer then runs DDP over
-        # gloo: never a silent substitute for the engine asked for
-        raise ValueError(
-            f"hw.accelerate_config={name} does not run on CPU processes here (accelerate would run DDP instead): "
-            "use hw.accelerate_config=ddp, or a GPU profile"
-        )
     cmd = [
         sys.executable,
         "-m",
@@ -53,17 +48,21 @@ def accelerate_command(overrides: Sequence[str]) -> list[str]:
     ]
     if cfg.hw.device == "cpu":
         cmd += ["--num_cpu_threads_per_process", "1"]
-    return cmd + ["-m", "posttrain", *overrides]
+    return cmd + ([script] if script else ["-m", "posttrain"]) + list(overrides)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     dry = "--dry-run" in argv
     argv = [a for a in argv if a != "--dry-run"]
+    script = None
+    if "--script" in argv:  # --script FILE
+        at = argv.index("--script")
+        script, argv = argv[at + 1], argv[:at] + argv[at + 2 :]
     from posttrain.errors import UserError
 
     try:
-        cmd = accelerate_command(argv)
+        cmd = accelerate_command(argv, script)
     except (UserError, ValueError) as ex:
         print(f"error: {ex}", file=sys.stderr)
         return 2

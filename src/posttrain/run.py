@@ -30,6 +30,7 @@ from posttrain.checkpoints import (
 )
 from posttrain.config.auto_hw import resolve_auto_hw
 from posttrain.config.validate import ConfigError, validate
+from posttrain.cpu_engines import start_cpu_engine
 from posttrain.dist import export_submitit_env, is_main_process, world_size
 from posttrain.errors import DiskFullError, is_disk_full
 from posttrain.run_lock import run_dir_lock
@@ -164,6 +165,8 @@ def run(cfg: DictConfig) -> float | None:
 
     applied = apply_profile(cfg)  # once: attention, optimizer, batch, kernels, TF32, allocator (posttrain.hardware)
     export_submitit_env()  # a multi-task SLURM/submitit job becomes one DDP run
+    if cfg.mode in ("train", "eval"):
+        start_cpu_engine(cfg.hw.device)  # FSDP/DeepSpeed on CPU processes (posttrain.cpu_engines)
     main_process = is_main_process()
     run_dir = run_dir_of(cfg)
     with open_dict(cfg):

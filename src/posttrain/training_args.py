@@ -13,6 +13,8 @@ from typing import Any
 
 from omegaconf import DictConfig
 
+from posttrain.cpu_engines import started_engine
+
 
 def report_to(logger_cfg: DictConfig, run_dir: Path) -> list[str]:
     """metrics.jsonl is always written by our callback; wandb is added on request (offline without a key)."""
@@ -86,7 +88,10 @@ def common_training_kwargs(cfg: DictConfig, run_dir: Path) -> dict[str, Any]:
     if use_gc:
         quiet_trl_checkpointing_toggles()
     save_steps = t.save_steps if t.save_steps > 0 else t.max_steps
-    return {
+    kwargs: dict[str, Any] = {}
+    if started_engine():  # FSDP/DeepSpeed on CPU processes: accelerate's state is already set (posttrain.cpu_engines)
+        kwargs["accelerator_config"] = {"use_configured_state": True}
+    return kwargs | {
         "output_dir": str(run_dir / "checkpoints"),
         "max_steps": t.max_steps,
         "per_device_train_batch_size": t.per_device_batch_size,

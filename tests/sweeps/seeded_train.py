@@ -54,9 +54,23 @@ def _seeded_generate(self, *args, **kwargs):
 
 
 def _train_and_report(self, *args, **kwargs):
-    """Also print how the run was distributed (one JSON line per rank), for the test to assert on."""
+    """Also print how the run was distributed (one JSON line per rank), for the test to assert on, and write the
+    trainable weights before and after (gathered from every rank's shards) to `<output_dir>/initial.safetensors` and
+    `trained.safetensors`."""
+    from safetensors.torch import save_file
+
+    if self.accelerator.is_main_process:  # the weights before training (the same on every rank: seeded)
+        first = {n: p.detach().float().clone() for n, p in self.model.named_parameters() if p.requires_grad}
+        os.makedirs(self.args.output_dir, exist_ok=True)
+        save_file(first, os.path.join(self.args.output_dir, "initial.safetensors"))
     out = _train(self, *args, **kwargs)
     wrapped = self.model_wrapped
+    trainable = {n.removeprefix("module.") for n, p in self.model.named_parameters() if p.requires_grad}
+    full = self.accelerator.get_state_dict(wrapped)  # every rank takes part; rank 0 gets the whole dict
+    if self.accelerator.is_main_process:
+        kept = {k: v.detach().float().cpu().contiguous() for k, v in full.items() if k in trainable}
+        assert kept, sorted(full)[:5]
+        save_file(kept, os.path.join(self.args.output_dir, "trained.safetensors"))
     print(
         json.dumps(
             {

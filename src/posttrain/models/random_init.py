@@ -17,6 +17,8 @@ builds with 12.8 GiB in about 25 s on two cores (45 s one after the other).
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 
 import torch
@@ -33,15 +35,42 @@ def num_params(model: torch.nn.Module) -> int:
     return sum(p.numel() for p in model.parameters())
 
 
+@contextlib.contextmanager
+def _built_whole() -> Iterator[None]:
+    """Build outside DeepSpeed's `zero.Init`: under ZeRO-3 (`zero3_init_flag`) transformers partitions a model as it
+    is constructed and draws its init in another order, so the same seed would give other weights than on one
+    process. Random weights are drawn whole, the same on every rank and under every engine, and ZeRO-3 partitions
+    them at `deepspeed.initialize` (pretrained weights are still partitioned while loading)."""
+    from transformers.integrations import deepspeed as hf_deepspeed
+
+    ref = hf_deepspeed._hf_deepspeed_config_weak_ref  # set_hf_deepspeed_config's only state
+    held = ref() if ref is not None else None
+    if held is None:
+        yield
+        return
+    hf_deepspeed.unset_hf_deepspeed_config()
+    try:
+        yield
+    finally:
+        hf_deepspeed.set_hf_deepspeed_config(held)
+
+
 def random_init_model(
     config: PretrainedConfig, dtype: torch.dtype, device: torch.device | str, seed: int, mxfp4: str | None = None
 ) -> PreTrainedModel:
     """A random-init `AutoModelForCausalLM` for `config` in `dtype` on `device`, the same weights for the same seed
     (and, above `EAGER_MAX_PARAMS`, the same device type: the CPU and CUDA generators differ); `mxfp4`: native |
     dequantize for GPT-OSS experts drawn in MXFP4 (None: bf16 experts)."""
+    device = torch.device(device)
+    with _built_whole():
+        return _random_init_model(config, dtype, device, seed, mxfp4)
+
+
+def _random_init_model(
+    config: PretrainedConfig, dtype: torch.dtype, device: torch.device, seed: int, mxfp4: str | None
+) -> PreTrainedModel:
     from posttrain.models.mxfp4.experts import dequantize_experts_, init_random_, mark_initialized, to_native
 
-    device = torch.device(device)
     with torch.device("meta"):
         model = AutoModelForCausalLM.from_config(config, dtype=dtype)
     std = float(getattr(config, "initializer_range", 0.02))

@@ -18,6 +18,7 @@ import torch
 import torch.nn.functional as F
 from omegaconf import DictConfig
 
+from posttrain.across_processes import as_global_term, gathered_blocks, token_weight
 from posttrain.algos.contrastive.config import uses_executed_rows
 from posttrain.algos.contrastive.loss import answer_logits, consistency_kl, invariance_nce
 from posttrain.algos.contrastive.model import ContrastiveOutput
@@ -36,9 +37,18 @@ def lm_blocks(algo: DictConfig) -> list[int]:
 
 
 def loss_terms(
-    out: ContrastiveOutput, labels: torch.Tensor, lm_head: torch.nn.Module, algo: DictConfig, with_lm: bool = True
+    out: ContrastiveOutput,
+    labels: torch.Tensor,
+    lm_head: torch.nn.Module,
+    algo: DictConfig,
+    with_lm: bool = True,
+    across_processes: bool = False,
 ) -> tuple[torch.Tensor, dict[str, float]]:
-    """(weighted loss, per-term statistics) of the batch `out` / `labels` (rows: the blocks above)."""
+    """(weighted loss, per-term statistics) of the batch `out` / `labels` (rows: the blocks above).
+
+    `across_processes` (training on several processes): the invariance term's in-batch negatives are every process's
+    rows and the token means weigh each token of the global batch alike (`posttrain.across_processes`), so that the
+    processes' averaged gradients are one process's on the whole batch."""
     n_blocks = 4 if uses_executed_rows(algo) else 3
     rows = out.hidden.shape[0]
     if rows % n_blocks:
@@ -47,8 +57,12 @@ def loss_terms(
     total = out.z.new_zeros(())
     stats: dict[str, float] = {}
     if algo.contrastive_weight > 0:
-        rep, stats = invariance_nce(out.z, algo.temperature, algo.in_batch_negatives)
-        total = total + algo.contrastive_weight * rep
+        world = 1
+        z = out.z
+        if across_processes and algo.in_batch_negatives:
+            z, world = gathered_blocks(out.z, n_blocks)
+        rep, stats = invariance_nce(z, algo.temperature, algo.in_batch_negatives)
+        total = total + algo.contrastive_weight * as_global_term(rep, world)
 
     lm_on = with_lm and algo.lm_weight > 0
     needed = set(lm_blocks(algo) if lm_on else []) | ({BENIGN, INJECTED} if algo.consistency_weight > 0 else set())
@@ -59,14 +73,17 @@ def loss_terms(
         logits[i] = answer_logits(out.hidden[block], labels[block], lm_head)
     if lm_on:
         blocks = lm_blocks(algo)
-        lm = F.cross_entropy(torch.cat([logits[i][0] for i in blocks]), torch.cat([logits[i][1] for i in blocks]))
-        total = total + algo.lm_weight * lm
+        targets = torch.cat([logits[i][1] for i in blocks])
+        lm = F.cross_entropy(torch.cat([logits[i][0] for i in blocks]), targets)
+        share = token_weight(targets.numel()) if across_processes else 1.0
+        total = total + algo.lm_weight * share * lm
         stats["lm_loss"] = float(lm.detach())
     if algo.consistency_weight > 0:
         (benign, benign_targets), (injected, injected_targets) = logits[BENIGN], logits[INJECTED]
         if not torch.equal(benign_targets, injected_targets):
             raise ValueError("the consistency term needs the injected rows to label the benign answer")
         kl = consistency_kl(benign, injected)
-        total = total + algo.consistency_weight * kl
+        share = token_weight(benign_targets.numel()) if across_processes else 1.0
+        total = total + algo.consistency_weight * share * kl
         stats["kl"] = float(kl.detach())
     return total, stats

@@ -72,7 +72,13 @@ class ContrastiveTrainer(ContrastiveCheckpointMixin, LossTermsMixin, AtomicCheck
             layer=algo.layer,
         )
         with self.accelerator.autocast():  # the LM head runs outside the model's forward: in the forward's precision
-            loss, stats = loss_terms(out, inputs["labels"], self.contrastive_module(model).output_embeddings(), algo)
+            loss, stats = loss_terms(
+                out,
+                inputs["labels"],
+                self.contrastive_module(model).output_embeddings(),
+                algo,
+                across_processes=self.accelerator.num_processes > 1,
+            )
         check_finite_loss(loss, self.state.global_step + 1)
         if model.training:
             self.record_terms(stats)

@@ -10,6 +10,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
+from posttrain.across_processes import token_weight
 from posttrain.algos.d2l.locality import locality_kl
 from posttrain.data.chat import IGNORE_INDEX, check_labels
 
@@ -36,6 +37,11 @@ def answer_logits(
     return out.logits, labels[labels != IGNORE_INDEX], out
 
 
+def answer_token_weight(batch: dict[str, torch.Tensor]) -> float:
+    """`d2l_loss`'s `token_weight` for this process's batch (1.0 on one process)."""
+    return token_weight((batch["labels"][:, 1:] != IGNORE_INDEX).sum())
+
+
 def topk_kl(logits: torch.Tensor, t_idx: torch.Tensor, t_logp: torch.Tensor, temperature: float = 1.0) -> torch.Tensor:
     """KL(teacher || student) over the teacher's top-k tokens (teacher renormalised on them), mean over tokens."""
     s_logp = F.log_softmax(logits / temperature, dim=-1).gather(-1, t_idx.long())
@@ -51,13 +57,17 @@ def d2l_loss(
     l1_coef: float = 0.0,
     kl_temperature: float = 1.0,
     locality_coef: float = 0.0,
+    token_weight: float = 1.0,
 ) -> tuple[torch.Tensor, dict[str, float]]:
+    """The weighted loss and its terms' values. `token_weight` scales the per-token means (CE, KL): this batch's
+    share of the answer tokens of all processes' batches times their number, so that the mean over processes
+    (DDP, FSDP and ZeRO average gradients) is the mean over every answer token, as on one process."""
     if locality_coef > 0 and "o_input_ids" not in batch:
         raise ValueError("algo.locality_coef > 0 but the batch has no other-entity view (attach_other_entity)")
     logits, targets, out = answer_logits(model, batch, other_view=locality_coef > 0)
     ce = F.cross_entropy(logits, targets)
     l1 = out.lora.l1()
-    loss = ce_coef * ce + l1_coef * l1
+    loss = token_weight * ce_coef * ce + l1_coef * l1
     stats = {"ce_loss": float(ce.detach()), "gen_lora_l1_norm": float(l1.detach())}
     if kl_coef > 0:
         if "t_idx" not in batch:
@@ -65,7 +75,7 @@ def d2l_loss(
         if batch["t_idx"].shape[0] != logits.shape[0]:
             raise ValueError(f"teacher top-k has {batch['t_idx'].shape[0]} answer tokens, student {logits.shape[0]}")
         kl = topk_kl(logits, batch["t_idx"], batch["t_logp"], kl_temperature)
-        loss = loss + kl_coef * kl
+        loss = loss + token_weight * kl_coef * kl
         stats["kl_loss"] = float(kl.detach())
     if locality_coef > 0:
         o_labels = batch["o_labels"][:, 1:]

@@ -1,9 +1,9 @@
 """HF `Trainer` for the D2L hypernet. The override surface, each small:
 
-1. `compute_loss`: `losses.d2l_loss` (CE on answer tokens, optional top-k KL to the in-context teacher, L1 on the
-   generated A/B, optional locality KL) with the shared non-finite guard; `ce_loss`, `kl_loss`, `locality_loss`,
-   `gen_lora_l1_norm` are averaged over the logging window and added to the logs (HF adds `loss` and `grad_norm` —
-   the hypernet's, the base is frozen).
+1. `compute_loss`: `losses.d2l_loss` (CE on answer tokens, each weighing the same whatever the process, optional
+   top-k KL to the in-context teacher, L1 on the generated A/B, optional locality KL) with the shared non-finite
+   guard; `ce_loss`, `kl_loss`, `locality_loss`, `gen_lora_l1_norm` are averaged over the logging window and added to
+   the logs (HF adds `loss` and `grad_norm` — the hypernet's, the base is frozen).
 2. `_save` / `_load_from_checkpoint`: a checkpoint's model part is the hypernet only (`hypernet.safetensors` +
    `hypernet_config.json`); optimizer, scheduler and RNG state are HF's own files, so `resume=auto` works.
    Checkpoints are written atomically (`posttrain.checkpoints.AtomicCheckpointMixin`).
@@ -24,7 +24,7 @@ import torch
 import torch.nn.functional as F
 from transformers import Trainer
 
-from posttrain.algos.d2l.loss import answer_logits, d2l_loss
+from posttrain.algos.d2l.loss import answer_logits, answer_token_weight, d2l_loss
 from posttrain.algos.d2l.monitor import gaps
 from posttrain.callbacks.loss_terms import LossTermsMixin
 from posttrain.checkpoints import AtomicCheckpointMixin
@@ -59,7 +59,7 @@ class D2LTrainer(LossTermsMixin, AtomicCheckpointMixin, Trainer):
                 attach_teacher(self.model, self.train_dataset.rows, **teacher)
 
     def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
-        loss, stats = d2l_loss(model, inputs, **self.coefs)
+        loss, stats = d2l_loss(model, inputs, **self.coefs, token_weight=answer_token_weight(inputs))
         check_finite_loss(loss, self.state.global_step + 1)
         self.record_terms(stats)
         return (loss, None) if return_outputs else loss

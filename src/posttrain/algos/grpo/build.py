@@ -54,8 +54,13 @@ def _reference_for_full_finetuning(cfg: DictConfig, model: Any, run_dir: Path) -
     model has no hub id, so its initial weights are saved in the run dir and the reference loads from there."""
     if not cfg.model.tiny or cfg.model.lora.enabled or cfg.algo.trl.beta == 0:
         return
+    from accelerate import PartialState
+
     init_dir = run_dir / "init_model"
-    model.save_pretrained(init_dir)
+    state = PartialState(cpu=cfg.hw.device == "cpu")
+    if state.is_main_process:  # one writer; the other ranks read it after the barrier
+        model.save_pretrained(init_dir)
+    state.wait_for_everyone()
     model.config._name_or_path = str(init_dir)
 
 
