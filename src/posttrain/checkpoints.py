@@ -12,7 +12,7 @@ import os
 import re
 import shutil
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from posttrain.errors import CheckpointError
 
@@ -74,6 +74,12 @@ class AtomicCheckpointMixin(_TrainerBase):
         self._staging_dir = str(staging)
         try:
             super()._save_checkpoint(model, trial)
+            if _fsdp_sharded_state(self):
+                # HF saves FSDP's sharded state only: add the whole weights in the algorithm's own files (gathered
+                # by every rank), so that one process can evaluate, export or sample from the checkpoint
+                full = self.accelerator.get_state_dict(self.model)
+                if self.args.should_save:
+                    self._save(str(staging / name), state_dict=full)
         finally:
             self._staging_dir = None
         if not self.args.should_save:
@@ -91,6 +97,11 @@ class AtomicCheckpointMixin(_TrainerBase):
         from transformers.trainer_utils import rotate_checkpoints
 
         rotate_checkpoints(str(root), self.args.save_total_limit, self.state.best_model_checkpoint)
+
+
+def _fsdp_sharded_state(trainer: Any) -> bool:
+    plugin = getattr(trainer.accelerator.state, "fsdp_plugin", None) if trainer.is_fsdp_enabled else None
+    return plugin is not None and "SHARDED" in str(plugin.state_dict_type)
 
 
 def _write_atomic(path: Path, text: str) -> None:

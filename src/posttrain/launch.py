@@ -11,7 +11,7 @@ launcher with `tasks_per_node > 1`) no launcher is needed: `posttrain.dist.expor
 environment into the torch `env://` variables, so HF Trainer runs DDP across the tasks.
 
 Several machines: pass `hydra.run.dir=` yourself (each node's launcher starts at its own time). On CPU processes
-every engine runs over gloo (`posttrain.cpu_engines`: accelerate alone would run an FSDP or DeepSpeed config as DDP).
+every engine runs over gloo (`posttrain.engines`: accelerate alone would run an FSDP or DeepSpeed config as DDP).
 """
 
 from __future__ import annotations

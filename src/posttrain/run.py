@@ -30,8 +30,8 @@ from posttrain.checkpoints import (
 )
 from posttrain.config.auto_hw import resolve_auto_hw
 from posttrain.config.validate import ConfigError, validate
-from posttrain.cpu_engines import start_cpu_engine
 from posttrain.dist import export_submitit_env, is_main_process, world_size
+from posttrain.engines import shards_parameters, start_cpu_engine
 from posttrain.errors import DiskFullError, is_disk_full
 from posttrain.run_lock import run_dir_lock
 
@@ -112,7 +112,14 @@ def train(cfg: DictConfig, run_dir: Path, callbacks: list | None = None, resume:
     if signals.stopped_at is not None:
         summary["stopped_by_signal"] = {"signal": signals.received, "step": signals.stopped_at}
     evaluating = time.time()
-    summary.update(algorithm.summarize(cfg, trainer, run_dir))
+    if shards_parameters(trainer):  # no process holds the whole model: one process evaluates the checkpoint
+        summary["evaluation"] = (
+            f"not after training: hw.accelerate_config={cfg.hw.accelerate_config} shards the parameters; on one "
+            f"process: python train.py mode=eval hydra.run.dir={run_dir}"
+        )
+        print(summary["evaluation"], flush=True)
+    else:
+        summary.update(algorithm.summarize(cfg, trainer, run_dir))
     # runtime_s is training's; the algorithm's own evaluation after it (held-out scoring, ...) adds this
     summary["evaluation_s"] = round(time.time() - evaluating, 2)
     summary["total_s"] = round(time.time() - start, 2)
@@ -166,7 +173,7 @@ def run(cfg: DictConfig) -> float | None:
     applied = apply_profile(cfg)  # once: attention, optimizer, batch, kernels, TF32, allocator (posttrain.hardware)
     export_submitit_env()  # a multi-task SLURM/submitit job becomes one DDP run
     if cfg.mode in ("train", "eval"):
-        start_cpu_engine(cfg.hw.device)  # FSDP/DeepSpeed on CPU processes (posttrain.cpu_engines)
+        start_cpu_engine(cfg.hw.device)  # FSDP/DeepSpeed on CPU processes (posttrain.engines)
     main_process = is_main_process()
     run_dir = run_dir_of(cfg)
     with open_dict(cfg):

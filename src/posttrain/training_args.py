@@ -13,7 +13,7 @@ from typing import Any
 
 from omegaconf import DictConfig
 
-from posttrain.cpu_engines import started_engine
+from posttrain.engines import started_engine
 
 
 def report_to(logger_cfg: DictConfig, run_dir: Path) -> list[str]:
@@ -89,7 +89,7 @@ def common_training_kwargs(cfg: DictConfig, run_dir: Path) -> dict[str, Any]:
         quiet_trl_checkpointing_toggles()
     save_steps = t.save_steps if t.save_steps > 0 else t.max_steps
     kwargs: dict[str, Any] = {}
-    if started_engine():  # FSDP/DeepSpeed on CPU processes: accelerate's state is already set (posttrain.cpu_engines)
+    if started_engine():  # FSDP/DeepSpeed on CPU processes: accelerate's state is already set (posttrain.engines)
         kwargs["accelerator_config"] = {"use_configured_state": True}
     return kwargs | {
         "output_dir": str(run_dir / "checkpoints"),

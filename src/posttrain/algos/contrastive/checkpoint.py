@@ -36,11 +36,20 @@ def base_identity(cfg: DictConfig) -> dict[str, Any]:
     return ident
 
 
-def save_weights(model: torch.nn.Module, out_dir: str | Path, cfg: DictConfig) -> None:
+def save_weights(
+    model: torch.nn.Module, out_dir: str | Path, cfg: DictConfig, state_dict: dict[str, torch.Tensor] | None = None
+) -> None:
+    """Adapters, head and their metadata; `state_dict`: the model's whole state dict gathered from a sharded
+    engine's ranks (FSDP, ZeRO-3), where the parameters on this process are shards."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    model.lm.save_pretrained(str(out), safe_serialization=True)
-    head_state = {k: v.detach().cpu().contiguous() for k, v in model.head.state_dict().items()}
+    lm_state = head_state = None
+    if state_dict is not None:
+        lm_state = {k.removeprefix("lm."): v for k, v in state_dict.items() if k.startswith("lm.")}
+        head_state = {k.removeprefix("head."): v for k, v in state_dict.items() if k.startswith("head.")}
+    model.lm.save_pretrained(str(out), safe_serialization=True, state_dict=lm_state)
+    head_state = head_state if head_state is not None else model.head.state_dict()
+    head_state = {k: v.detach().cpu().contiguous() for k, v in head_state.items()}
     save_file(head_state, str(out / HEAD_FILE), metadata={"format": "pt"})
     (out / META_FILE).write_text(json.dumps({"head": model.head.spec(), "base": base_identity(cfg)}, indent=2))
 

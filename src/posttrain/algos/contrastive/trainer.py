@@ -47,11 +47,13 @@ class ContrastiveCheckpointMixin(_TrainerBase):
         if not self.args.should_save:
             return
         output_dir = output_dir or str(self.args.output_dir)
-        save_weights(self.contrastive_module(), output_dir, self.run_cfg)
+        save_weights(self.contrastive_module(), output_dir, self.run_cfg, state_dict)
         if self.processing_class is not None:
             self.processing_class.save_pretrained(output_dir)
 
     def _load_from_checkpoint(self, resume_from_checkpoint: str, model: torch.nn.Module | None = None) -> None:
+        if getattr(self, "is_fsdp_enabled", False):  # sharded parameters: HF loads the sharded state it saved
+            return super()._load_from_checkpoint(resume_from_checkpoint, model)  # type: ignore[misc]
         load_weights(self.contrastive_module(model), resume_from_checkpoint, self.run_cfg)
 
 

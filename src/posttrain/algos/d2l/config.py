@@ -199,6 +199,12 @@ def _check_targets(cfg: DictConfig) -> None:
 
 def validate_d2l(cfg: DictConfig) -> None:
     algo, agg = cfg.algo, cfg.algo.aggregator
+    if "zero3" in str(cfg.hw.accelerate_config or "") and cfg.hw.num_devices > 1:
+        raise ConfigError(
+            f"algo=d2l does not train under hw.accelerate_config={cfg.hw.accelerate_config}: the generated LoRA "
+            "reads the frozen base weights outside their layers' forward, after ZeRO-3 has released them; "
+            "hw.accelerate_config=fsdp2 shards the same state, deepspeed_zero2 all but the weights"
+        )
     n_layers = int(cfg.model.arch.num_hidden_layers)
     if algo.ce_coef == 0 and algo.kl_coef == 0:
         raise ConfigError("algo.ce_coef and algo.kl_coef are both 0: nothing to train on")

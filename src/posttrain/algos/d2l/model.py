@@ -225,10 +225,17 @@ class D2LModel(nn.Module):
     def hypernet_state_dict(self) -> dict[str, torch.Tensor]:
         return {k: v.detach().contiguous() for k, v in self.hypernet.state_dict().items()}
 
-    def save_hypernet(self, directory: str | Path) -> None:
+    def save_hypernet(self, directory: str | Path, state_dict: dict[str, torch.Tensor] | None = None) -> None:
+        """`state_dict`: this model's whole state dict, gathered from a sharded engine's ranks (FSDP, ZeRO-3), where
+        the parameters on this process are shards."""
         directory = Path(directory)
         directory.mkdir(parents=True, exist_ok=True)
-        save_file(self.hypernet_state_dict(), str(directory / WEIGHTS))
+        state = self.hypernet_state_dict()
+        if state_dict is not None:
+            state = {
+                k.removeprefix("hypernet."): v.contiguous() for k, v in state_dict.items() if k.startswith("hypernet.")
+            }
+        save_file(state, str(directory / WEIGHTS))
         (directory / SPEC).write_text(json.dumps(self.spec.to_dict(), indent=2))
 
     def load_hypernet(self, directory: str | Path) -> None:

@@ -80,7 +80,9 @@ class D2LTrainer(LossTermsMixin, AtomicCheckpointMixin, Trainer):
         return metrics
 
     def _save(self, output_dir: str | None = None, state_dict=None) -> None:
-        self.accelerator.unwrap_model(self.model).save_hypernet(output_dir or self.args.output_dir)
+        self.accelerator.unwrap_model(self.model).save_hypernet(output_dir or self.args.output_dir, state_dict)
 
     def _load_from_checkpoint(self, resume_from_checkpoint: str, model=None) -> None:
+        if self.is_fsdp_enabled:  # sharded parameters: HF loads the sharded state the checkpoint holds
+            return super()._load_from_checkpoint(resume_from_checkpoint, model)
         self.accelerator.unwrap_model(model or self.model).load_hypernet(resume_from_checkpoint)

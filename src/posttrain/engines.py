@@ -1,9 +1,9 @@
-"""FSDP2 and DeepSpeed ZeRO on CPU processes (gloo), under `accelerate launch`.
+"""The distributed engine a run trains under (DDP, FSDP2, DeepSpeed ZeRO), and FSDP2 and ZeRO on CPU processes.
 
 accelerate 1.x sets a CPU process group up as `MULTI_CPU`, and only a device process group (CUDA, XPU, ...) becomes
-FSDP or DeepSpeed: on CPU an FSDP or ZeRO config file quietly runs DDP. Both engines do run on CPU (torch's
-`fully_shard` on a CPU mesh over gloo; DeepSpeed's CPU accelerator, `DS_ACCELERATOR=cpu`), so here the process
-group is started over gloo and accelerate's state is configured before HF `TrainingArguments` reads it
+FSDP or DeepSpeed: on CPU an FSDP or ZeRO config file would quietly run DDP. Both engines do run on CPU (torch's
+`fully_shard` on a CPU mesh over gloo; DeepSpeed's CPU accelerator, `DS_ACCELERATOR=cpu`), so `start_cpu_engine`
+starts the process group over gloo and configures accelerate's state before HF `TrainingArguments` reads it
 (`accelerator_config.use_configured_state`): accelerate then prepares the model with the engine the config file
 names, as it would on GPUs.
 """
@@ -11,6 +11,7 @@ names, as it would on GPUs.
 from __future__ import annotations
 
 import os
+from typing import Any
 
 from posttrain.dist import world_size
 
@@ -55,6 +56,15 @@ def start_cpu_engine(device: str) -> str | None:
     assert state.num_processes == world_size()
     _started.append(engine)
     return engine
+
+
+def shards_parameters(trainer: Any) -> bool:
+    """Whether `trainer`'s parameters are sharded over its processes (FSDP, ZeRO-3): then no process holds a whole
+    model to evaluate with, and one process evaluates from the checkpoint's whole weights (`mode=eval`)."""
+    if getattr(trainer, "is_fsdp_enabled", False):
+        return True
+    plugin = getattr(trainer.accelerator.state, "deepspeed_plugin", None)
+    return plugin is not None and int(plugin.zero_stage) == 3
 
 
 def started_engine() -> str | None:
