@@ -158,8 +158,13 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--cases", default=",".join(CASES))
     ap.add_argument("--engines", default=",".join(ENGINES))
-    ap.add_argument("--out", type=Path, default=Path(__file__).with_name("results.csv"))
+    ap.add_argument("--out", type=Path, default=Path(__file__).with_name("results") / "compare.csv")
+    ap.add_argument("--report", action="store_true", help="print the README's table from --out, run nothing")
     args = ap.parse_args(argv)
+    if args.report:
+        with open(args.out) as f:
+            print(report(list(csv.DictReader(f))))
+        return 0
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         for case in args.cases.split(","):
@@ -181,11 +186,40 @@ def main(argv: list[str] | None = None) -> int:
                     row |= {"eval_one_process_run": ref_eval, "eval_two_process_run": evaluated(out)}
                 rows.append(row)
                 print(json.dumps(row), flush=True)
+    args.out.parent.mkdir(exist_ok=True)
     with open(args.out, "w", newline="") as f:
         writer = csv.DictWriter(f, fieldnames=FIELDS)
         writer.writeheader()
         writer.writerows(rows)
     return 0
+
+
+def report(rows: list[dict]) -> str:
+    """The README's table: one line per case x engine."""
+
+    def num(value: str, fmt: str = ".1e") -> str:
+        return "-" if value in ("", None) else format(float(value), fmt)
+
+    lines = [
+        "| algorithm | engine | ran as | loss diff (max abs; scale) | grad norm diff (rel) | weight diff / update "
+        "| resume: loss diff, grad norm diff | mode=eval on 1 process: 1-proc run, 2-proc run |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        if r["ran_as"].startswith("refused"):
+            lines.append(f"| {r['case']} | {r['engine']} | {r['ran_as']} | | | | | |")
+            continue
+        evals = (
+            "-"
+            if not r["eval_one_process_run"]
+            else (f"{float(r['eval_one_process_run']):.4f}, {float(r['eval_two_process_run']):.4f}")
+        )
+        lines.append(
+            f"| {r['case']} | {r['engine']} | {r['ran_as']} | {num(r['loss_max_abs'])} ({num(r['loss_scale'], '.2g')})"
+            f" | {num(r['grad_norm_rel'])} | {num(r['weight_diff_over_update'])} | {num(r['resume_loss_max_abs'])}, "
+            f"{num(r['resume_grad_norm_rel'])} | {evals} |"
+        )
+    return "\n".join(lines)
 
 
 def refusal(case: str, engine: str) -> str | None:

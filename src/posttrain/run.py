@@ -31,7 +31,7 @@ from posttrain.checkpoints import (
 from posttrain.config.auto_hw import resolve_auto_hw
 from posttrain.config.validate import ConfigError, validate
 from posttrain.dist import export_submitit_env, is_main_process, world_size
-from posttrain.engines import shards_parameters, start_cpu_engine
+from posttrain.engines import launched_engine, shards_parameters, start_cpu_engine
 from posttrain.errors import DiskFullError, is_disk_full
 from posttrain.run_lock import run_dir_lock
 
@@ -171,7 +171,12 @@ def run(cfg: DictConfig) -> float | None:
     from posttrain.hardware import apply_profile
 
     applied = apply_profile(cfg)  # once: attention, optimizer, batch, kernels, TF32, allocator (posttrain.hardware)
-    export_submitit_env()  # a multi-task SLURM/submitit job becomes one DDP run
+    if export_submitit_env() and (cfg.hw.accelerate_config or "ddp") != "ddp" and launched_engine() is None:
+        raise ConfigError(
+            f"hw.accelerate_config={cfg.hw.accelerate_config} in a submitit job of several tasks: the tasks would run "
+            "DDP (only accelerate launch starts that engine); give the job one task per node and run "
+            "python -m posttrain.launch in it (docs/scaleout.md, several machines)"
+        )
     if cfg.mode in ("train", "eval"):
         start_cpu_engine(cfg.hw.device)  # FSDP/DeepSpeed on CPU processes (posttrain.engines)
     main_process = is_main_process()

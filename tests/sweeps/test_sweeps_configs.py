@@ -220,17 +220,26 @@ def test_every_sweep_job_is_checked_before_the_first_starts(tmp_path):
 
 
 @pytest.mark.parametrize("config", ["fsdp2", "deepspeed_zero2", "deepspeed_zero3"])
-def test_a_sharded_engine_on_cpu_is_refused_not_run_as_ddp(config, capsys):
-    """On CPU accelerate leaves these configs undistributed and HF Trainer runs DDP: the launcher says so instead."""
+def test_a_sharded_engine_on_cpu_runs_as_itself(config, capsys, monkeypatch):
+    """On CPU the launcher runs the engine asked for (posttrain.engines; tests/scale_out run them), never DDP in its
+    place; without DeepSpeed installed a ZeRO config is one line, before anything starts."""
+    import importlib.util
+
     from posttrain.launch import main
 
-    assert main(["--dry-run", "hw=cpu", "hw.num_devices=2", "hw.accelerate_config=ddp"]) == 0
-    capsys.readouterr()
-    assert main(["--dry-run", "hw=cpu", "hw.num_devices=2", f"hw.accelerate_config={config}"]) == 2
-    assert capsys.readouterr().err.strip().splitlines() == [
-        f"error: hw.accelerate_config={config} does not run on CPU processes here (accelerate would run DDP instead): "
-        "use hw.accelerate_config=ddp, or a GPU profile"
-    ]
+    assert main(["--dry-run", "hw=cpu", "hw.num_devices=2", f"hw.accelerate_config={config}"]) == 0
+    assert f"--config_file {ACCEL / config}.yaml" in capsys.readouterr().out
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "deepspeed" else real(name, *a))
+    code = main(["--dry-run", "hw=cpu", "hw.num_devices=2", f"hw.accelerate_config={config}"])
+    if config.startswith("deepspeed"):
+        assert code == 2
+        assert capsys.readouterr().err.strip().splitlines() == [
+            f"error: hw.accelerate_config={config} needs DeepSpeed, which is not installed: "
+            "pip install deepspeed==0.19.8 (or -e .[gpu])"
+        ]
+    else:
+        assert code == 0
 
 
 @pytest.mark.parametrize(

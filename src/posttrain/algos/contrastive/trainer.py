@@ -53,7 +53,7 @@ class ContrastiveCheckpointMixin(_TrainerBase):
 
     def _load_from_checkpoint(self, resume_from_checkpoint: str, model: torch.nn.Module | None = None) -> None:
         if getattr(self, "is_fsdp_enabled", False):  # sharded parameters: HF loads the sharded state it saved
-            return super()._load_from_checkpoint(resume_from_checkpoint, model)  # type: ignore[misc]
+            return super()._load_from_checkpoint(resume_from_checkpoint, model)
         load_weights(self.contrastive_module(model), resume_from_checkpoint, self.run_cfg)
 
 
