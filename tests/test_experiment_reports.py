@@ -18,7 +18,7 @@ from tests.conftest import experiment_script
 ROOT = Path(__file__).resolve().parents[1]
 EXPERIMENTS = ROOT / "experiments"
 TYPED = ("kernels", "memory_plan", "reliability", "contrastive_tiny", "d2l_tiny")  # README tables moved to CSVs
-REPORTED = ("contrastive_smollm2", "grpo_smollm2", "grpo_step", "grpo_arith", "gpu", *TYPED)
+REPORTED = ("contrastive_smollm2", "grpo_smollm2", "grpo_step", "grpo_arith", "gpu", "scale_out", *TYPED)
 RAW_SAMPLE = {  # raw output
     "grpo_arith": "metrics_math.jsonl",
     "grpo_step": "results/maketrain_default_seed0.jsonl",
@@ -35,7 +35,7 @@ def _report(name: str):
     return experiment_script(EXPERIMENTS / name / "report.py")
 
 
-@pytest.mark.parametrize("name", ["grpo_smollm2", "grpo_step", "grpo_arith", "gpu", *TYPED])
+@pytest.mark.parametrize("name", ["grpo_smollm2", "grpo_step", "grpo_arith", "gpu", "scale_out", *TYPED])
 def test_report_regenerates_the_committed_report_from_the_committed_tables(name, tmp_path):
     _report(name).main(["--out", str(tmp_path)])
     assert (tmp_path / "report.md").read_bytes() == (EXPERIMENTS / name / "results" / "report.md").read_bytes()

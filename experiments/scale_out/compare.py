@@ -128,21 +128,33 @@ def resume_gap(case: str, engine: str, tmp: Path) -> dict[str, float]:
     }
 
 
-def evaluated(run_dir: Path) -> float:
-    """The objective `mode=eval` reports for `run_dir`'s newest checkpoint, on one process."""
+def evaluated(run_dir: Path) -> dict[str, float]:
+    """The figures `mode=eval` reports for `run_dir`'s newest checkpoint on one process (`objective` and every
+    `eval_*` number)."""
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    cmd = [
-        sys.executable,
-        str(ROOT / "train.py"),
-        "mode=eval",
-        f"hydra.run.dir={run_dir}",
-        "trainer.progress_bar=false",
-    ]
+    cmd = [sys.executable, str(ROOT / "train.py"), "mode=eval", f"hydra.run.dir={run_dir}"]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=900, env=env, cwd=run_dir.parent)
     if proc.returncode:
         raise RuntimeError(f"mode=eval of {run_dir} failed:\n{proc.stderr[-3000:]}")
     line = [ln for ln in proc.stdout.splitlines() if ln.startswith('{"run_dir"')][-1]
-    return float(json.loads(line)["objective"])
+    out = json.loads(line)
+    return {
+        k: float(v)
+        for k, v in sorted(out.items())
+        if (k == "objective" or k.startswith("eval_")) and isinstance(v, (int, float)) and not isinstance(v, bool)
+    }
+
+
+def eval_gap(one: dict[str, float], two: dict[str, float]) -> dict[str, float | str]:
+    """The headline figure (`objective`, else the first) of both evaluations and the largest difference of any."""
+    assert one.keys() == two.keys() and one, (sorted(one), sorted(two))
+    key = "objective" if "objective" in one else next(iter(one))
+    return {
+        "eval_figure": key,
+        "eval_one_process_run": one[key],
+        "eval_two_process_run": two[key],
+        "eval_max_abs_diff": max(abs(one[k] - two[k]) for k in one),
+    }
 
 
 def distributed_as(stdout: str) -> str:
@@ -159,12 +171,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--cases", default=",".join(CASES))
     ap.add_argument("--engines", default=",".join(ENGINES))
     ap.add_argument("--out", type=Path, default=Path(__file__).with_name("results") / "compare.csv")
-    ap.add_argument("--report", action="store_true", help="print the README's table from --out, run nothing")
     args = ap.parse_args(argv)
-    if args.report:
-        with open(args.out) as f:
-            print(report(list(csv.DictReader(f))))
-        return 0
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         for case in args.cases.split(","):
@@ -183,7 +190,7 @@ def main(argv: list[str] | None = None) -> int:
                 row |= compare(ref, out)
                 row |= resume_gap(case, engine, Path(tmp))
                 if ref_eval is not None:
-                    row |= {"eval_one_process_run": ref_eval, "eval_two_process_run": evaluated(out)}
+                    row |= eval_gap(ref_eval, evaluated(out))
                 rows.append(row)
                 print(json.dumps(row), flush=True)
     args.out.parent.mkdir(exist_ok=True)
@@ -192,34 +199,6 @@ def main(argv: list[str] | None = None) -> int:
         writer.writeheader()
         writer.writerows(rows)
     return 0
-
-
-def report(rows: list[dict]) -> str:
-    """The README's table: one line per case x engine."""
-
-    def num(value: str, fmt: str = ".1e") -> str:
-        return "-" if value in ("", None) else format(float(value), fmt)
-
-    lines = [
-        "| algorithm | engine | ran as | loss diff (max abs; scale) | grad norm diff (rel) | weight diff / update "
-        "| resume: loss diff, grad norm diff | mode=eval on 1 process: 1-proc run, 2-proc run |",
-        "|---|---|---|---|---|---|---|---|",
-    ]
-    for r in rows:
-        if r["ran_as"].startswith("refused"):
-            lines.append(f"| {r['case']} | {r['engine']} | {r['ran_as']} | | | | | |")
-            continue
-        evals = (
-            "-"
-            if not r["eval_one_process_run"]
-            else (f"{float(r['eval_one_process_run']):.4f}, {float(r['eval_two_process_run']):.4f}")
-        )
-        lines.append(
-            f"| {r['case']} | {r['engine']} | {r['ran_as']} | {num(r['loss_max_abs'])} ({num(r['loss_scale'], '.2g')})"
-            f" | {num(r['grad_norm_rel'])} | {num(r['weight_diff_over_update'])} | {num(r['resume_loss_max_abs'])}, "
-            f"{num(r['resume_grad_norm_rel'])} | {evals} |"
-        )
-    return "\n".join(lines)
 
 
 def refusal(case: str, engine: str) -> str | None:
@@ -252,8 +231,10 @@ FIELDS = [
     "n_tensors",
     "resume_loss_max_abs",
     "resume_grad_norm_rel",
+    "eval_figure",
     "eval_one_process_run",
     "eval_two_process_run",
+    "eval_max_abs_diff",
 ]
 
 

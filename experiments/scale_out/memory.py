@@ -1,9 +1,10 @@
 """`mode=plan`'s per-process peak against the measured peak RSS of each process, for 2 CPU processes under FSDP2 and
-DeepSpeed ZeRO-2/3: GRPO full fine-tuning of a random-init Llama-shaped model of ~250M parameters (large enough
-that training state, not the Python process, is most of the memory).
+DeepSpeed ZeRO-2/3 (and the same run on one process, for the plan's error without sharding): GRPO full fine-tuning
+of a random-init Llama-shaped model of 300M parameters (large enough that training state, not the Python process, is
+most of the memory).
 
-    python experiments/scale_out/memory.py                    # every engine -> results/memory.csv, one JSON line each
-    python experiments/scale_out/memory.py --engines fsdp2
+    python -m experiments.scale_out.memory                    # every engine -> results/memory.csv, one JSON line each
+    python -m experiments.scale_out.memory --engines fsdp2
 
 The plan is composed in this interpreter (experiments/memory_plan/validate.py's `planned`); the measurement is the
 largest `ru_maxrss` of the processes `python -m posttrain.launch ...` starts (the ranks; the launchers are smaller),
@@ -23,7 +24,7 @@ from pathlib import Path
 from experiments.memory_plan.validate import _WRAP, GIB, planned
 
 ROOT = Path(__file__).resolve().parents[2]
-ENGINES = ("fsdp2", "deepspeed_zero2", "deepspeed_zero3")
+ENGINES = ("one_process", "fsdp2", "deepspeed_zero2", "deepspeed_zero3")
 ARCH = dict(
     hidden_size=1536,
     intermediate_size=4096,
@@ -52,10 +53,11 @@ COMMON = [
 ]
 
 
-def measured(args: list[str]) -> float:
-    """The largest peak RSS (bytes) of the processes of a 2-process launch of `args`."""
+def measured(args: list[str], processes: int = 2) -> float:
+    """The largest peak RSS (bytes) of the processes of a launch of `args` (one process: plain train.py)."""
     with tempfile.TemporaryDirectory() as tmp:
-        cmd = [sys.executable, "-m", "posttrain.launch", *args, f"hydra.run.dir={tmp}/run"]
+        entry = ["-m", "posttrain.launch"] if processes > 1 else [str(ROOT / "train.py")]
+        cmd = [sys.executable, *entry, *args, f"hydra.run.dir={tmp}/run"]
         out = subprocess.run([sys.executable, "-c", _WRAP, *cmd], capture_output=True, text=True, cwd=ROOT)
     rss, rc = out.stdout.split()[-2:]
     if int(rc):
@@ -70,9 +72,12 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     rows = []
     for engine in args.engines.split(","):
-        overrides = [*COMMON, f"hw.accelerate_config={engine}"]
+        alone = engine == "one_process"  # the same run on one process, no engine: the plan's error without sharding
+        overrides = [*(o for o in COMMON if not (alone and o == "hw.num_devices=2")), f"hw.accelerate_config={engine}"]
+        if alone:
+            overrides = [o for o in overrides if not o.startswith("hw.accelerate_config=")]
         plan = planned(overrides)
-        rss = measured(overrides) / GIB
+        rss = measured(overrides, 1 if alone else 2) / GIB
         row = {
             "engine": engine,
             "params_m": round(plan["params_total"] / 1e6, 1),
