@@ -42,6 +42,18 @@ def device_for(cfg: Any) -> Any:
     return PartialState(cpu=cfg.hw.device == "cpu").device
 
 
+def leave_process_group() -> None:
+    """End this process's part of a multi-process run: its process group is torn down here, not by the interpreter's
+    exit (where gloo's threads, still running, can abort a rank: "terminate called without an active exception").
+    No barrier: rank 0 may still be evaluating alone, which needs no collective."""
+    if world_size() <= 1:
+        return
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized():
+        dist.destroy_process_group()
+
+
 def run_stamp(when: datetime | None = None) -> str:
     return (when or datetime.now()).strftime(RUN_STAMP_FORMAT)
 
