@@ -203,7 +203,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def refusal(case: str, engine: str) -> str | None:
     """The one-line error of a combination posttrain refuses, from `mode=plan` (nothing trains)."""
-    overrides, batch = CASES[case]
+    overrides, _ = CASES[case]
     cmd = [
         sys.executable,
         str(ROOT / "train.py"),
