@@ -60,6 +60,14 @@ def test_every_decimal_figure_of_the_readme_is_in_the_report(name):
     assert len(readme.encode()) <= 10_500
 
 
+def test_every_experiments_tables_stay_small():
+    """Every committed table of every experiment (those with their own tests too) under 300 kB: per-item tables
+    repeat nothing constant per item (experiments/grpo_objectives keeps each problem's operation in problems.csv)."""
+    tables = sorted(EXPERIMENTS.glob("*/results/*.csv"))
+    assert len({p.parts[-3] for p in tables}) >= len(REPORTED)
+    assert not [str(p.relative_to(ROOT)) for p in tables if p.stat().st_size >= 300_000]
+
+
 @pytest.mark.parametrize("name", REPORTED)
 def test_the_tables_stay_small_and_the_raw_output_out_of_git(name):
     """Each CSV under 300 kB; the folder's .gitignore keeps raw run output out of git but not what report.py reads

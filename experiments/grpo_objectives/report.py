@@ -7,13 +7,14 @@ subtraction.
 
 Reads only results/runs.csv (one row per arm x seed: the run's held-out accuracy before and after training and its
 training runtime, from its summary.json; `commit`: the last commit that added or changed that summary.json, where
-the run's raw files are) and results/heldout.csv (one row per run x held-out problem: `run` as in runs.csv, `item`
-the problem's index in heldout_*.jsonl, its operation, + or -, and whether the reply was right before and after
-training). Writes the table to stdout and results/report.md, and the plot. `--collect` first builds both CSV files
-from the run dirs run.py writes (results/<arm>/seed<S>/summary.json and heldout_{before,after}.jsonl; git ignores
-them). CI: the seeds x problems bootstrap of the per-problem gains (`posttrain.analysis.stats.seeds_items_ci`; for
-the paired column, of the per-seed, per-problem differences from the base arm), which carries the variance between
-runs and between the 200 problems (a t-interval over seeds held the problems fixed).
+the run's raw files are), results/heldout.csv (one row per run x held-out problem: `run` as in runs.csv, `item`
+the problem's index in heldout_*.jsonl, and whether the reply was right before and after training) and
+results/problems.csv (one row per held-out problem: `item` and its operation, + or -). Writes the table to stdout
+and results/report.md, and the plot. `--collect` first builds the CSV files from the run dirs run.py writes
+(results/<arm>/seed<S>/summary.json and heldout_{before,after}.jsonl; git ignores them). CI: the seeds x problems
+bootstrap of the per-problem gains (`posttrain.analysis.stats.seeds_items_ci`; for the paired column, of the
+per-seed, per-problem differences from the base arm), which carries the variance between runs and between the 200
+problems (a t-interval over seeds held the problems fixed).
 """
 
 from __future__ import annotations
@@ -36,10 +37,11 @@ from run import ARMS, MAKE_TRAIN_ARM, base_arm
 
 HERE = Path(__file__).resolve().parent
 RESULTS = HERE / "results"
-RUNS_CSV, HELDOUT_CSV, REPORT_MD = "runs.csv", "heldout.csv", "report.md"
+RUNS_CSV, HELDOUT_CSV, PROBLEMS_CSV, REPORT_MD = "runs.csv", "heldout.csv", "problems.csv", "report.md"
 SUMMARY_FIELDS = ("heldout_acc_before", "heldout_acc_after", "runtime_s")  # the summary.json values the report uses
 RUN_COLUMNS = ("run", "arm", "seed", *SUMMARY_FIELDS, "commit")
-HELDOUT_COLUMNS = ("run", "item", "operation", "correct_before", "correct_after")
+HELDOUT_COLUMNS = ("run", "item", "correct_before", "correct_after")
+PROBLEM_COLUMNS = ("item", "operation")
 COMMAND = "python experiments/grpo_objectives/report.py"
 FULL_FT_GAIN = 0.28  # full fine-tuning's mean gain over seeds 0-2 (experiments/grpo_smollm2), the issue's bar
 
@@ -85,10 +87,11 @@ def _commits(results: Path) -> dict[Path, str]:
     return commits
 
 
-def collect(results: Path = RESULTS) -> tuple[Path, Path]:
-    """results/<arm>/seed<S>/ -> results/runs.csv and results/heldout.csv (runs in the order of their paths)."""
+def collect(results: Path = RESULTS) -> tuple[Path, Path, Path]:
+    """results/<arm>/seed<S>/ -> results/runs.csv, heldout.csv (runs in the order of their paths) and problems.csv.
+    Every run must ask the same problem at each item."""
     commits = _commits(results)
-    runs, items = [], []
+    runs, items, problems = [], [], {}
     for run, summary in enumerate(sorted(results.glob("*/seed*/summary.json"))):
         folder = summary.parent
         values = json.loads(summary.read_text())
@@ -102,9 +105,11 @@ def collect(results: Path = RESULTS) -> tuple[Path, Path]:
             raise ValueError(f"{folder}: heldout_before.jsonl and heldout_after.jsonl ask different problems")
         for item in range(max(len(before), len(after))):
             question = (before or after)[item][0]
+            if problems.setdefault(item, question) != question:
+                raise ValueError(f"{folder}: held-out problem {item} is not the other runs' ({question!r})")
             correct = [answers[item][1] if answers else None for answers in (before, after)]
-            items.append([run, item, operation(question), *map(_number, correct)])
-    paths = results / RUNS_CSV, results / HELDOUT_CSV
+            items.append([run, item, *map(_number, correct)])
+    paths = results / RUNS_CSV, results / HELDOUT_CSV, results / PROBLEMS_CSV
     with paths[0].open("w", newline="") as f:
         writer = csv.DictWriter(f, RUN_COLUMNS, lineterminator="\n")
         writer.writeheader()
@@ -113,11 +118,15 @@ def collect(results: Path = RESULTS) -> tuple[Path, Path]:
         writer = csv.writer(f, lineterminator="\n")
         writer.writerow(HELDOUT_COLUMNS)
         writer.writerows(items)
+    with paths[2].open("w", newline="") as f:
+        writer = csv.writer(f, lineterminator="\n")
+        writer.writerow(PROBLEM_COLUMNS)
+        writer.writerows([item, operation(question)] for item, question in sorted(problems.items()))
     return paths
 
 
 def load(results: Path = RESULTS) -> tuple[dict[str, dict[int, dict]], dict[tuple[str, int], list[tuple[str, float]]]]:
-    """From the two CSV files: arm -> seed -> the run's summary values (runs.csv's order, with `gains`: the gain of
+    """From the three CSV files: arm -> seed -> the run's summary values (runs.csv's order, with `gains`: the gain of
     each held-out problem, after minus before, in item order), and (arm, seed) -> the (operation, correct) of each
     held-out reply after training."""
     runs: dict[str, dict[int, dict]] = {}
@@ -127,12 +136,14 @@ def load(results: Path = RESULTS) -> tuple[dict[str, dict[int, dict]], dict[tupl
             arm, seed = row["arm"], int(row["seed"])
             runs.setdefault(arm, {})[seed] = {field: float(row[field]) for field in SUMMARY_FIELDS}
             key[row["run"]] = arm, seed
+    with (results / PROBLEMS_CSV).open(newline="") as f:
+        operations = {row["item"]: row["operation"] for row in csv.DictReader(f)}
     after: dict[tuple[str, int], list[tuple[str, float]]] = {}
     with (results / HELDOUT_CSV).open(newline="") as f:
         for row in csv.DictReader(f):
             arm, seed = key[row["run"]]
             if row["correct_after"] != "":
-                after.setdefault((arm, seed), []).append((row["operation"], float(row["correct_after"])))
+                after.setdefault((arm, seed), []).append((operations[row["item"]], float(row["correct_after"])))
             if row["correct_after"] != "" and row["correct_before"] != "":
                 gain = float(row["correct_after"]) - float(row["correct_before"])
                 runs[arm][seed].setdefault("gains", []).append(gain)
@@ -266,7 +277,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--arms", help="comma list (default: all with results)")
     p.add_argument("--plot", default=str(HERE / "gains.png"))
     p.add_argument("--plot-min-seeds", type=int, default=3, help="arms with fewer seeds are left out of the plot")
-    p.add_argument("--results", type=Path, default=RESULTS, help="the folder of runs.csv and heldout.csv")
+    p.add_argument("--results", type=Path, default=RESULTS, help="the folder of the CSV files")
     p.add_argument("--report", type=Path, help="the markdown table (default: <results>/report.md)")
     p.add_argument("--collect", action="store_true", help="first build the CSV files from <results>/<arm>/seed<S>/")
     args = p.parse_args(argv)

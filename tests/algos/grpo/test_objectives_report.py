@@ -138,8 +138,8 @@ def test_report_table(tmp_path):
 
 
 def test_collect_builds_the_csv_files_the_report_reads(tmp_path, capsys):
-    """2 arms x 2 seeds of run dirs -> runs.csv (one row per run, in the order of their paths) and heldout.csv (one
-    row per run x problem); the report from them alone, the run dirs gone."""
+    """2 arms x 2 seeds of run dirs -> runs.csv (one row per run, in the order of their paths), heldout.csv (one
+    row per run x problem) and problems.csv (one per problem); the report from them alone, the run dirs gone."""
     report = _module("report")
     questions = [_question(12, "+", 30), _question(40, "-", 12), _question(50, "+", 1), _question(9, "-", 4)]
     before = (1.0, 0.0, 0.0, 0.0)
@@ -153,7 +153,7 @@ def test_collect_builds_the_csv_files_the_report_reads(tmp_path, capsys):
     for (arm, seed), correct in after.items():
         summary = {"heldout_acc_before": 0.25, "heldout_acc_after": sum(correct) / 4, "runtime_s": 300.25 + seed}
         _write_run(raw / arm / f"seed{seed}", summary, list(zip(questions, before)), list(zip(questions, correct)))
-    runs_csv, heldout_csv = report.collect(raw)
+    runs_csv, heldout_csv, problems_csv = report.collect(raw)
     with runs_csv.open() as f:
         runs = list(csv.DictReader(f))
     assert [(r["run"], r["arm"], r["seed"]) for r in runs] == [
@@ -173,18 +173,15 @@ def test_collect_builds_the_csv_files_the_report_reads(tmp_path, capsys):
     }
     with heldout_csv.open() as f:
         items = list(csv.reader(f))
-    assert items[0] == ["run", "item", "operation", "correct_before", "correct_after"]
+    assert items[0] == ["run", "item", "correct_before", "correct_after"]
     assert len(items) == 1 + 4 * 4
-    assert items[1:5] == [
-        ["0", "0", "+", "1", "1"],
-        ["0", "1", "-", "0", "1"],
-        ["0", "2", "+", "0", "1"],
-        ["0", "3", "-", "0", "0"],
-    ]
-    assert [row[4] for row in items[13:]] == ["1", "1", "0", "0"]  # preset seed 1
+    assert items[1:5] == [["0", "0", "1", "1"], ["0", "1", "0", "1"], ["0", "2", "0", "1"], ["0", "3", "0", "0"]]
+    assert [row[3] for row in items[13:]] == ["1", "1", "0", "0"]  # preset seed 1
+    with problems_csv.open() as f:
+        assert list(csv.reader(f)) == [["item", "operation"], ["0", "+"], ["1", "-"], ["2", "+"], ["3", "-"]]
     data = tmp_path / "data"  # the two CSV files alone
     data.mkdir()
-    for path in (runs_csv, heldout_csv):
+    for path in (runs_csv, heldout_csv, problems_csv):
         (data / path.name).write_bytes(path.read_bytes())
     rows = _report(report, data)
     # the preset's per-problem gains (0, 0, 1, 0) and (0, 1, 0, 0): 0.25 on both seeds, the problems differ; the
@@ -211,11 +208,24 @@ def test_collect_builds_the_csv_files_the_report_reads(tmp_path, capsys):
 
 
 def test_the_committed_report_is_the_committed_tables(tmp_path):
-    """results/report.md is what report.py makes of results/runs.csv and results/heldout.csv, byte for byte (the
+    """results/report.md is what report.py makes of results/runs.csv, heldout.csv and problems.csv, byte for byte (the
     CSV files copied alone: nothing else under results/ is read)."""
     report = _module("report")
-    for name in (report.RUNS_CSV, report.HELDOUT_CSV):
+    for name in (report.RUNS_CSV, report.HELDOUT_CSV, report.PROBLEMS_CSV):
         (tmp_path / name).write_bytes((HERE / "results" / name).read_bytes())
     report.main(["--results", str(tmp_path), "--plot", str(tmp_path / "gains.png")])
     assert (tmp_path / "report.md").read_bytes() == (HERE / "results" / "report.md").read_bytes()
     assert (tmp_path / "gains.png").stat().st_size > 0
+
+
+def test_collect_refuses_runs_that_ask_different_problems(tmp_path):
+    """problems.csv holds one operation per item: a run whose item 1 is another problem is refused, naming it."""
+    report = _module("report")
+    raw = tmp_path / "raw"
+    first, second = [_question(1, "+", 2), _question(3, "-", 1)], [_question(1, "+", 2), _question(3, "+", 1)]
+    for seed, questions in enumerate((first, second)):
+        answers = [(q, 1.0) for q in questions]
+        summary = {"heldout_acc_before": 1.0, "heldout_acc_after": 1.0, "runtime_s": 1.0}
+        _write_run(raw / "preset" / f"seed{seed}", summary, answers, answers)
+    with pytest.raises(ValueError, match="seed1: held-out problem 1 is not the other runs'"):
+        report.collect(raw)
