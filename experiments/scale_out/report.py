@@ -5,8 +5,9 @@
 
 compare.csv: one row per algorithm x engine (compare.py): how the 2-process run ran, its differences from the
 1-process run (loss, grad norm, trained weights), from its own uninterrupted run after a resume, and `mode=eval` of
-both runs' checkpoints on one process. memory.csv: one row per engine (memory.py): the plan's per-process peak and
-the measured peak RSS of the larger process.
+both runs' checkpoints on one process. memory.csv: one row per model shape x engine (memory.py): the plan's
+per-process peak and the measured peak RSS of the larger process, with freed memory returned to the system and with
+glibc's defaults.
 """
 
 from __future__ import annotations
@@ -56,15 +57,17 @@ def compare_table(rows: list[dict[str, str]]) -> str:
 
 def memory_table(rows: list[dict[str, str]]) -> str:
     lines = [
-        "| engine | params | planned GiB per process (phase) | measured peak RSS GiB | plan error "
-        "| largest planned terms |",
-        "|---|---|---|---|---|---|",
+        "| shape | engine | params | planned GiB per process (phase) | peak RSS GiB, freed memory returned "
+        "| plan error | peak RSS GiB, glibc defaults | plan error | largest planned terms |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
         terms = sorted(json.loads(r["components_gib"]).items(), key=lambda kv: -kv[1])[:3]
         named = ", ".join(f"{k} {v:.3f}" for k, v in terms)
         lines.append(
-            f"| {r['engine']} | {float(r['params_m']):.1f}M | {float(r['planned_gib']):.3f} ({r['planned_phase']}) | "
+            f"| {r['shape']} | {r['engine']} | {float(r['params_m']):.1f}M | "
+            f"{float(r['planned_gib']):.3f} ({r['planned_phase']}) | "
+            f"{float(r['returned_gib']):.3f} | {float(r['returned_error']) * 100:+.1f}% | "
             f"{float(r['measured_gib']):.3f} | {float(r['error']) * 100:+.1f}% | {named} |"
         )
     return "\n".join(lines)

@@ -1,6 +1,6 @@
 """The memory model: peak bytes per device of one training run, from model config x algo x hw x kernels.
 
-peak = persistent + the largest of four phases:
+peak = persistent + the largest of five phases:
 - persistent: weights (load dtype; MXFP4 experts dequantized to bf16, or kept in their 17 bytes per 32 values with
   `model.mxfp4=native`; bitsandbytes 4-bit layer linears at 4.5 bits; an output projection TRL casts to fp32),
   LoRA adapters (fp32 under PEFT), optimizer states of what trains, the other copies of the weights an algorithm
@@ -16,7 +16,9 @@ peak = persistent + the largest of four phases:
 - score (an algorithm's no-grad log-prob passes, `Workload.score_seqs`: a reference or old policy): one layer at a
   time, then the head's forward;
 - generate (HF generate on the policy or its rollout copy): a whole rollout's KV cache and the prefill transient;
-- step: all gradients + the optimizer's temporaries (foreach: one state-sized copy; fused/8-bit: none).
+- step: all gradients + the optimizer's temporaries (foreach: one state-sized copy; fused/8-bit: none);
+- save (a sharded engine writing a checkpoint): what it gathers (`posttrain.hardware.engine_memory`, with what a
+  sharded engine holds beside its shards in the other phases).
 Items of phase `forward` are alive in every phase that runs the model (train, score, generate): native MXFP4
 experts' dequantization scratch (one expert's gate_up in bf16 on a CPU; every expert of a layer on CUDA, where the
 grouped GEMM reads them all at once).
@@ -38,6 +40,7 @@ from omegaconf import DictConfig
 
 from posttrain.algos.base import Workload
 from posttrain.algos.registry import get_algorithm
+from posttrain.hardware.engine_memory import engine_items, engine_of
 from posttrain.hardware.params import ParamCounts, count_params
 from posttrain.hardware.sharding import sharding
 from posttrain.hardware.tensor_bytes import (
@@ -57,13 +60,14 @@ from posttrain.training_args import gradient_checkpointing
 GIB = 1024**3
 BNB4_BYTES = 0.5625  # NF4: 4 bits + one fp32 absmax per 64 weights
 FORWARD_PHASES = ("train", "score", "generate")  # the phases an item of phase "forward" is alive in
+SPANS = {"forward": FORWARD_PHASES, "backward+step": ("train", "step")}  # items alive in more than one phase
 
 
 @dataclass
 class Item:
     name: str
     bytes: float
-    phase: str  # persistent | train | score | generate | step
+    phase: str  # persistent | train | score | generate | step | save, or a span of SPANS
     note: str = ""
 
 
@@ -88,8 +92,7 @@ class Plan:
         return self.peak_bytes - sum(i.bytes for i in self.items if i.name == "framework overhead")
 
     def phase_bytes(self, phase: str) -> float:
-        forward = phase in FORWARD_PHASES
-        return sum(i.bytes for i in self.items if i.phase == phase or (forward and i.phase == "forward"))
+        return sum(i.bytes for i in self.items if i.phase == phase or phase in SPANS.get(i.phase, ()))
 
 
 def optimizer_bytes(hw: DictConfig, trainable: int, trainable_bytes: int, largest: int) -> tuple[float, float, str]:
@@ -280,14 +283,16 @@ def plan(cfg: DictConfig) -> Plan:
     if worst.extra:
         items.append(Item(work.extra_note or "algorithm tensors", worst.extra, "train", "kept for the backward"))
     items.append(Item("logits", worst.logits, "train", terms["head_note"]))
-    items.append(
-        Item(
-            "gradients (in backward)",
-            worst.grads / shard_grad,
-            "train",
-            "adapters" if mode != "full" else f"alive at {worst.name}",
-        )
-    )
+    grad_elem = tbytes / max(trainable, 1)
+    deepspeed = engine_of(hw) in ("zero2", "zero3")  # gradients go to its bucket and partition as they form
+    if deepspeed:
+        in_backward = float(counts.largest_trainable * counts.dtype_bytes)
+        gnote = "DeepSpeed: one, before it enters the bucket"
+    else:
+        in_backward, gnote = worst.grads / shard_grad, "adapters" if mode != "full" else f"alive at {worst.name}"
+    items.append(Item("gradients (in backward)", in_backward, "train", gnote))
+    for it in engine_items(hw, counts, a["L"], mode == "full", grad_elem):
+        items.append(Item(it.name, it.bytes, it.phase, it.note))
 
     if work.score_seqs:
         rows = work.score_seqs
@@ -326,11 +331,12 @@ def plan(cfg: DictConfig) -> Plan:
         prefill += work.gen_seqs * a["V"] * (gen_d.act + 12)  # last-token logits, fp32 copy, processors, softmax
         items.append(Item("prefill / sampling", prefill, "generate", "one layer at a time, last-token logits"))
 
-    items.append(Item("gradients", tbytes / shard_grad, "step", f"{trainable / 1e6:.4g}M trainable"))
+    if not deepspeed:  # DeepSpeed's are its gradient partition
+        items.append(Item("gradients", tbytes / shard_grad, "step", f"{trainable / 1e6:.4g}M trainable"))
     items.append(Item("optimizer step temporaries", temp / shard_opt, "step", hw.optimizer))
 
     result = Plan(counts=counts, work=work, items=items, device_bytes=hw.device_gib * GIB)
-    phases = {p: result.phase_bytes(p) for p in ("train", "score", "generate", "step")}
+    phases = {p: result.phase_bytes(p) for p in ("train", "score", "generate", "step", "save")}
     result.peak_phase = max(phases, key=lambda p: phases[p])
     result.peak_bytes = result.phase_bytes("persistent") + phases[result.peak_phase]
     result.extra = {

@@ -18,7 +18,9 @@ PHASES = {
     "score": "log-prob pass",
     "generate": "generation",
     "step": "optimizer step",
+    "save": "checkpoint save",
     "forward": "every forward",
+    "backward+step": "backward + step",
 }
 
 
