@@ -11,7 +11,7 @@ from omegaconf import DictConfig
 
 from posttrain.config.compose import load_config
 from posttrain.config.registry import register
-from posttrain.dist import is_main_process, rank_overrides
+from posttrain.dist import exit_rank, is_main_process, rank_overrides
 from posttrain.errors import UserError
 from posttrain.inputs import check_inputs
 from posttrain.paths import CONF_DIR
@@ -264,3 +264,4 @@ def main() -> None:
             "hydra.output_subdir=null"
         )  # scoring or exporting a run leaves its .hydra/ as training wrote it
     _hydra_main()
+    exit_rank()  # a rank of a multi-process run: done, without the interpreter's teardown (posttrain.dist)

@@ -42,16 +42,23 @@ def device_for(cfg: Any) -> Any:
     return PartialState(cpu=cfg.hw.device == "cpu").device
 
 
-def leave_process_group() -> None:
-    """End this process's part of a multi-process run: its process group is torn down here, not by the interpreter's
-    exit (where gloo's threads, still running, can abort a rank: "terminate called without an active exception").
-    No barrier: rank 0 may still be evaluating alone, which needs no collective."""
+def exit_rank() -> None:
+    """End a rank of a multi-process run once its run is done: flush what it wrote (W&B's run included), then leave
+    without the interpreter's teardown. There gloo's and DeepSpeed's C++ threads, still joinable, now and then abort
+    a rank ("terminate called without an active exception", SIGABRT: a ZeRO-2 D2L rank and a ZeRO-3 contrastive rank
+    on 2 busy cores, the second after its process group had been destroyed), which fails a finished run and its
+    sweep or job. No barrier: rank 0 may still be evaluating alone, which needs no collective. No-op alone."""
     if world_size() <= 1:
         return
-    import torch.distributed as dist
+    import logging
 
-    if dist.is_available() and dist.is_initialized():
-        dist.destroy_process_group()
+    wandb = sys.modules.get("wandb")
+    if wandb is not None and getattr(wandb, "run", None) is not None:
+        wandb.finish()
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
 
 
 def run_stamp(when: datetime | None = None) -> str:

@@ -30,7 +30,7 @@ from posttrain.checkpoints import (
 )
 from posttrain.config.auto_hw import resolve_auto_hw
 from posttrain.config.validate import ConfigError, validate
-from posttrain.dist import export_submitit_env, is_main_process, leave_process_group, world_size
+from posttrain.dist import export_submitit_env, is_main_process, world_size
 from posttrain.engines import launched_engine, shards_parameters, start_cpu_engine
 from posttrain.errors import DiskFullError, is_disk_full
 from posttrain.run_lock import run_dir_lock
@@ -197,11 +197,8 @@ def run(cfg: DictConfig) -> float | None:
             print(run_header(cfg, run_dir, applied), flush=True)
     # one training process per run dir (the lock is released when this process ends, however it ends)
     lock = run_dir_lock(run_dir) if cfg.mode == "train" and main_process else contextlib.nullcontext()
-    try:
-        with lock:
-            return _run_in(cfg, run_dir, algorithm, main_process)
-    finally:
-        leave_process_group()
+    with lock:
+        return _run_in(cfg, run_dir, algorithm, main_process)
 
 
 def _run_in(cfg: DictConfig, run_dir: Path, algorithm: Algorithm, main_process: bool) -> float | None:

@@ -1,7 +1,11 @@
 """`posttrain.across_processes` on one process (the 2-process behaviour: test_engines.py), the engine detection of
-`posttrain.engines`, and the combinations refused in one line."""
+`posttrain.engines`, the combinations refused in one line, and how a rank ends (`posttrain.dist.exit_rank`)."""
 
 from __future__ import annotations
+
+import os
+import subprocess
+import sys
 
 import pytest
 import torch
@@ -45,3 +49,17 @@ def test_d2l_under_zero3_is_one_line(compose):
     with pytest.raises(ConfigError, match=r"algo=d2l does not train under hw\.accelerate_config=deepspeed_zero3: "):
         compose(*sharded, "hw.accelerate_config=deepspeed_zero3")
     assert compose(*sharded, "hw.accelerate_config=fsdp2").hw.accelerate_config == "fsdp2"
+
+
+@pytest.mark.parametrize("world", ["1", "2"])
+def test_a_rank_ends_without_the_interpreters_teardown(world):
+    """`exit_rank`: a rank of a multi-process run leaves with exit 0 once its output is flushed, skipping the
+    teardown (atexit, C++ destructors) where gloo's threads can abort it; alone it returns and nothing changes."""
+    code = (
+        "import atexit, sys; from posttrain.dist import exit_rank; "
+        "atexit.register(lambda: print('teardown')); sys.stdout.write('done.'); exit_rank(); print('returned')"
+    )
+    env = {**os.environ, "WORLD_SIZE": world}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=60)
+    assert out.returncode == 0
+    assert out.stdout == ("done." if world == "2" else "done.returned\nteardown\n")
