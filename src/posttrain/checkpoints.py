@@ -80,6 +80,9 @@ class AtomicCheckpointMixin(_TrainerBase):
                 full = self.accelerator.get_state_dict(self.model)
                 if self.args.should_save:
                     self._save(str(staging / name), state_dict=full)
+            # every process writes files of its own (its RNG state last, after the engine's last collective): the
+            # manifest and the rename wait for them, else a slow rank's file is left out and its resume draws anew
+            self.accelerator.wait_for_everyone()
         finally:
             self._staging_dir = None
         if not self.args.should_save:
