@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from omegaconf import DictConfig
 
 from posttrain.hardware.params import ParamCounts
+from posttrain.hardware.sharding import engine_of
 
 # DeepSpeed 0.19's zero_optimization defaults (deepspeed/runtime/zero/config.py), which the configs leave unset
 REDUCE_BUCKET_SIZE = 500_000_000
@@ -42,22 +43,9 @@ class EngineItem:
     note: str
 
 
-def engine_of(hw: DictConfig) -> str:
-    """The sharded engine `hw.accelerate_config` names on more than one device: fsdp | zero2 | zero3 | none."""
-    name = (hw.accelerate_config or "").lower()
-    if int(hw.num_devices) <= 1:
-        return "none"
-    if "fsdp" in name:
-        return "fsdp"
-    for stage in ("zero3", "zero2"):
-        if stage in name:
-            return stage
-    return "none"
-
-
 def engine_items(hw: DictConfig, counts: ParamCounts, layers: int, full: bool, grad_bytes: float) -> list[EngineItem]:
-    """The engine's own buffers per process (`full`: the base model trains; `grad_bytes`: bytes per gradient where
-    the engine keeps the parameters' own dtypes)."""
+    """The engine's own buffers per process (`full`: the base model trains; `grad_bytes`: bytes per gradient under
+    FSDP2, which keeps the parameters' own dtypes)."""
     engine = engine_of(hw)
     n = max(int(hw.num_devices), 1)
     weight_bytes = float(counts.weight_bytes)
@@ -97,9 +85,9 @@ def engine_items(hw: DictConfig, counts: ParamCounts, layers: int, full: bool, g
     if engine not in ("zero2", "zero3"):
         return []
     trainable = counts.trainable
-    grad_bytes = counts.dtype_bytes  # DeepSpeed holds the whole module, adapters too, in the run's precision
+    elem = counts.dtype_bytes  # DeepSpeed holds the whole module, adapters too, in the run's precision
     resident = hw.device != "cuda"  # a CPU counts the pages written; CUDA's allocator reserves the whole bucket
-    bucket = (min(REDUCE_BUCKET_SIZE, trainable) if resident else REDUCE_BUCKET_SIZE) * grad_bytes
+    bucket = (min(REDUCE_BUCKET_SIZE, trainable) if resident else REDUCE_BUCKET_SIZE) * elem
     # ZeRO-2 frees both after the optimizer step; ZeRO-3 keeps them from the first backward on
     kept = "persistent" if engine == "zero3" else "backward+step"
     items = [
@@ -126,7 +114,7 @@ def engine_items(hw: DictConfig, counts: ParamCounts, layers: int, full: bool, g
             EngineItem("gathered for generation", weight_bytes, "generate", "TRL gathers every parameter to generate"),
             EngineItem(
                 "reduce-scatter input",
-                min(REDUCE_BUCKET_SIZE, trainable) * grad_bytes,
+                min(REDUCE_BUCKET_SIZE, trainable) * elem,
                 "train",
                 "ZeRO-3: the bucket's gradients concatenated once more",
             ),

@@ -40,9 +40,9 @@ from omegaconf import DictConfig
 
 from posttrain.algos.base import Workload
 from posttrain.algos.registry import get_algorithm
-from posttrain.hardware.engine_memory import engine_items, engine_of
+from posttrain.hardware.engine_memory import engine_items
 from posttrain.hardware.params import ParamCounts, count_params
-from posttrain.hardware.sharding import sharding
+from posttrain.hardware.sharding import engine_of, sharding
 from posttrain.hardware.tensor_bytes import (
     Dtypes,
     arch,

@@ -1,4 +1,5 @@
-"""How a multi-device strategy splits training state, from the hw profile alone (no torch): `sharding(hw)`."""
+"""How a multi-device strategy splits training state, from the hw profile alone (no torch): `sharding(hw)`, and
+which sharded engine it is: `engine_of(hw)`."""
 
 from __future__ import annotations
 
@@ -16,4 +17,17 @@ def sharding(hw: DictConfig) -> str:
         return "grads+optimizer"
     if "zero1" in name:
         return "optimizer"
+    return "none"
+
+
+def engine_of(hw: DictConfig) -> str:
+    """The sharded engine `hw.accelerate_config` names on more than one device: fsdp | zero2 | zero3 | none."""
+    name = (hw.accelerate_config or "").lower()
+    if hw.num_devices <= 1:
+        return "none"
+    if "fsdp" in name:
+        return "fsdp"
+    for stage in ("zero3", "zero2"):
+        if stage in name:
+            return stage
     return "none"
