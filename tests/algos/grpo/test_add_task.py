@@ -151,3 +151,24 @@ def test_summary_has_heldout_accuracy_before_and_after(tmp_path):
     assert evaluated["checkpoint"].endswith("checkpoint-1") and evaluated["heldout_acc"] == summary["heldout_acc_after"]
     after = (tmp_path / "heldout_after.jsonl").read_text().splitlines()
     assert (tmp_path / "heldout_eval.jsonl").read_text().splitlines() == after
+
+
+def test_heldout_start_scores_a_later_range_of_the_test_split(compose, tmp_path, monkeypatch):
+    """algo.heldout_start=200 algo.heldout=300: problems 200-499 (issue 62's untouched test split), none of 0-199."""
+    cfg = compose("data=add", "algo.heldout=300", "algo.heldout_start=200")
+    model, tok = load(compose("model=tiny_llama"), with_lora=False)
+    pool = generate_addition(500, split="test", heldout_size=500)
+    asked = []
+
+    def fake_generate(model, tokenizer, prompts, **kwargs):
+        asked.extend(p[0]["content"] for p in prompts)
+        return ["no idea"] * len(prompts), None
+
+    monkeypatch.setattr("posttrain.algos.grpo.heldout.generate", fake_generate)
+    out = heldout_accuracy(cfg, model, tok, tmp_path, "after")
+    assert out["n"] == 300 and out["acc"] == 0.0
+    assert asked == [p[0]["content"] for p in pool["prompt"][200:]]
+    rows = [json.loads(ln) for ln in (tmp_path / "heldout_after.jsonl").read_text().splitlines()]
+    assert rows[0]["answer"] == pool["answer"][200]
+    with pytest.raises(DataError, match="501 held-out problems asked, heldout_size=500"):
+        heldout_accuracy(compose("data=add", "algo.heldout=300", "algo.heldout_start=201"), model, tok, None, "x")

@@ -75,6 +75,9 @@ class GRPOAlgoConfig:
     # held-out problems scored by greedy decoding before and after training with the `math` reward's answer checker
     # (summary: heldout_acc_before/after); 0 turns it off. Needs an `answer` column and a test split (data=add: 200).
     heldout: int = num(0, ge=0)
+    # the first held-out problem scored: problems heldout_start .. heldout_start + heldout - 1 of the test split
+    # (data=add has 500; 0-199 served model selection, 200-499 are the untouched test split: issue 62)
+    heldout_start: int = num(0, ge=0)
     heldout_batch_size: int = num(50, gt=0)
     # the vLLM importance-sampling correction (algo.trl.vllm_importance_sampling_*) for a merged rollout copy
     # (generation.backend bf16_copy | static): an extra policy pass per generation batch (algos/grpo/sampler_mismatch)

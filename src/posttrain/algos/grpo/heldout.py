@@ -1,5 +1,6 @@
-"""Held-out accuracy for GRPO: greedy decoding on `algo.heldout` problems of the task's test split, scored with the
-task's own `math` reward (same checker and options as in training), before and after training.
+"""Held-out accuracy for GRPO: greedy decoding on `algo.heldout` problems of the task's test split (from problem
+`algo.heldout_start`), scored with the task's own `math` reward (same checker and options as in training), before
+and after training.
 
 Each call writes `heldout_<tag>.jsonl` in the run dir (prompt, answer, completion, correct per problem), so
 confidence intervals over problems can be computed later.
@@ -33,17 +34,19 @@ def heldout_checker(algo_cfg: DictConfig) -> Callable[..., list[float]]:
 
 
 def heldout_accuracy(cfg: DictConfig, model: Any, tokenizer: Any, run_dir: Path | None, tag: str) -> dict[str, Any]:
-    """`{"acc", "n", "seconds", "correct"}` over the first `algo.heldout` test problems (`correct`: per problem, in
-    order); per-problem rows to run_dir."""
+    """`{"acc", "n", "seconds", "correct"}` over test problems `algo.heldout_start` .. `+ algo.heldout` (`correct`: per
+    problem, in order); per-problem rows to run_dir."""
     from posttrain.data.grpo import build_grpo_dataset
 
+    start = cfg.algo.heldout_start
     data_cfg = cfg.data.copy()
     OmegaConf.set_readonly(data_cfg, False)  # a changed copy; the run's own config stays read-only
     with open_dict(data_cfg):
-        data_cfg.split, data_cfg.num_train = "test", cfg.algo.heldout
+        data_cfg.split, data_cfg.num_train = "test", start + cfg.algo.heldout
     ds = build_grpo_dataset(data_cfg, tokenizer, cfg.algo.max_prompt_length)
+    ds = ds.select(range(start, len(ds)))
     checker = heldout_checker(cfg.algo)
-    start = time.time()
+    began = time.time()
     completions, _ = generate(
         model,
         tokenizer,
@@ -54,7 +57,7 @@ def heldout_accuracy(cfg: DictConfig, model: Any, tokenizer: Any, run_dir: Path 
     )
     columns = {k: list(ds[k]) for k in ds.column_names if k != "prompt"}
     correct = checker(list(ds["prompt"]), completions, **columns)
-    seconds = time.time() - start
+    seconds = time.time() - began
     if run_dir is not None:
         with open(Path(run_dir) / f"heldout_{tag}.jsonl", "w") as f:
             for i, (c, ok) in enumerate(zip(completions, correct)):
