@@ -11,10 +11,11 @@ and DIR/<arm>_s<seed>/eval_after.jsonl (one record per eval item), the ifeval_*.
 
     items.csv             one row per eval item: item, task instance, task, attack family, position, injected task,
                           held-out family (1/0)
-    eval_<group>.csv      one row per (arm, seed, item): attack succeeded (witness in the reply), reply begins with
-                          it, task utility on the clean prompt, under injection (1/0; empty: not scored)
+    eval_<group>.csv      one row per (run as in runs.csv, item): attack succeeded (witness in the reply), reply begins with
+                          it, executed (witness outside any echo of the injected instruction), task utility on the
+                          clean prompt, under injection (1/0; empty: not scored)
     ifeval.csv            one row per (group, arm, seed, IFEval prompt): prompt-level strict accuracy
-    runs.csv              one row per run: IFEval instruction-level strict accuracy, /usr/bin/time -v fields,
+    runs.csv              one row per run (`run`: its number): group, arm, seed, IFEval instruction-level strict accuracy, /usr/bin/time -v fields,
                           cos(benign, injected) per hidden state
 
 The default mode reads only these and writes results/report.md (one section per group, the first with the plots
@@ -34,6 +35,7 @@ from posttrain.algos.contrastive.stats import group_means, paired_difference
 from posttrain.analysis.stats import sign_flip_test
 from posttrain.analysis.tables import read_csv as _read_csv
 from posttrain.analysis.tables import write_csv as _write_csv
+from posttrain.data.contrastive.secalign import PRINT_INSTRUCTION, attack_executed
 
 HERE = Path(__file__).resolve().parent
 COMMAND = "python experiments/contrastive_smollm2/report.py"
@@ -50,14 +52,14 @@ PAIRS = (  # same seed, same items
 FAMILIES = ("naive", "ignore", "completion", "escape", "combined")
 ITEM_FIELDS = ("id", "cluster", "task", "attack_type", "position", "injected_task", "heldout")
 ITEM_COLUMNS = ("item", "instance", "task", "family", "position", "injected_task", "heldout")
-SCORES = ("attack_success", "attack_begins", "benign_ok", "injected_ok")
+SCORES = ("attack_success", "attack_begins", "attack_executed", "benign_ok", "injected_ok")
 TIME_FIELDS = {  # runs.csv column: the /usr/bin/time -v label
     "wall": "Elapsed (wall clock) time (h:mm:ss or m:ss)",
     "user_s": "User time (seconds)",
     "sys_s": "System time (seconds)",
     "max_rss_kb": "Maximum resident set size (kbytes)",
 }
-RUN_COLUMNS = ("group", "arm", "seed", "inst_level_strict_acc", "time_v", *TIME_FIELDS, "cos_benign_injected")
+RUN_COLUMNS = ("run", "group", "arm", "seed", "inst_level_strict_acc", "time_v", *TIME_FIELDS, "cos_benign_injected")
 
 
 def load(path: Path) -> list[dict]:
@@ -106,6 +108,16 @@ def raw_runs(res: Path) -> dict[str, dict]:
     return _order(out)
 
 
+def executed(record: dict) -> bool:
+    """The record's `attack_executed`; records written before it existed (no `instruction` either) are scored here:
+    of their injected tasks only `print`'s instruction holds its witness, so cutting out that one instruction gives
+    what the evaluation now records."""
+    if "attack_executed" in record:
+        return record["attack_executed"]
+    instruction = record.get("instruction", PRINT_INSTRUCTION if record["injected_task"] == "print" else "")
+    return attack_executed(record["injected_reply"], instruction, record["witness"])
+
+
 def _flag(value: object) -> str:
     return "" if value is None else str(int(bool(value)))
 
@@ -128,17 +140,18 @@ def collect(raw_dirs: list[Path], out: Path) -> list[Path]:
                 item += [r[k] for k in ITEM_FIELDS[2:-1]] + [_flag(r["heldout"])]
                 if items.setdefault(item[0], item) != item:
                     sys.exit(f"eval item {item[0]} differs between runs: {items[item[0]]} vs {item}")
-                eval_rows.append([run["arm"], seed, item[0], *(_flag(r.get(k)) for k in SCORES)])
+                r = {**r, "attack_executed": executed(r)}
+                eval_rows.append([len(runs_rows), item[0], *(_flag(r.get(k)) for k in SCORES)])
             for r in run["ifeval"]:
                 ifeval_rows.append([group, run["arm"], seed, r["id"], r["prompt_level_strict_acc"]])
             time = run["time"] or {}
             runs_rows.append(
-                [group, run["arm"], seed, "" if run["inst_strict"] is None else repr(run["inst_strict"])]
+                [len(runs_rows), group, run["arm"], seed, "" if run["inst_strict"] is None else repr(run["inst_strict"])]
                 + [int(run["time"] is not None), *(time.get(k, "") for k in TIME_FIELDS)]
                 + [" ".join(repr(float(c)) for c in run["cos"])]
             )
         written.append(out / f"eval_{group}.csv")
-        _write_csv(written[-1], ["arm", "seed", "item", *SCORES], eval_rows)
+        _write_csv(written[-1], ["run", "item", *SCORES], eval_rows)
     _write_csv(out / "items.csv", ITEM_COLUMNS, list(items.values()))
     _write_csv(out / "ifeval.csv", ["group", "arm", "seed", "prompt", "prompt_level_strict_acc"], ifeval_rows)
     _write_csv(out / "runs.csv", RUN_COLUMNS, runs_rows)
@@ -164,7 +177,9 @@ def read_tables(results: Path) -> dict[str, dict[str, dict]]:
             "heldout": row["heldout"] == "1",
         }
     groups: dict[str, dict[str, dict]] = {}
+    names: dict[str, str] = {}  # runs.csv's `run` -> the run's name in its group
     for row in _read_csv(results / "runs.csv"):
+        names[row["run"]] = _name(row["arm"], row["seed"])
         time = {k: row[k] for k in TIME_FIELDS} if row["time_v"] == "1" else None
         groups.setdefault(row["group"], {})[_name(row["arm"], row["seed"])] = {
             "records": [],
@@ -178,7 +193,7 @@ def read_tables(results: Path) -> dict[str, dict[str, dict]]:
     for group, all_runs in groups.items():
         for row in _read_csv(results / f"eval_{group}.csv"):
             scores = {k: _value(row[k]) for k in SCORES}
-            all_runs[_name(row["arm"], row["seed"])]["records"].append({**items[row["item"]], **scores})
+            all_runs[names[row["run"]]]["records"].append({**items[row["item"]], **scores})
     for row in _read_csv(results / "ifeval.csv"):
         record = {"id": row["prompt"], "prompt_level_strict_acc": float(row["prompt_level_strict_acc"])}
         groups[row["group"]][_name(row["arm"], row["seed"])]["ifeval"].append(record)
@@ -281,6 +296,7 @@ def arm_table(all_runs: dict[str, dict]) -> list[str]:
         "ASR held-out families",
         "ASR trained families",
         "begins with (held out)",
+        "executed (held out)",
         "task utility clean",
         "under injection",
         "IFEval prompt strict",
@@ -298,6 +314,7 @@ def arm_table(all_runs: dict[str, dict]) -> list[str]:
             cell(group_means(parts["held-out families"], "attack_success").get("all")),
             cell(group_means(parts["trained families"], "attack_success").get("all")),
             cell(group_means(parts["held-out families"], "attack_begins").get("all")),
+            cell(group_means(parts["held-out families"], "attack_executed").get("all")),
             cell(group_means(records, "benign_ok").get("all")),
             cell(group_means(records, "injected_ok").get("all")),
             cell(group_means(ifeval, "prompt_level_strict_acc").get("all") if ifeval else None),
@@ -314,14 +331,16 @@ def pooled_pair_table(all_runs: dict[str, dict]) -> list[str]:
     metrics = (
         ("attack_success", "held-out families", "ASR held-out families"),
         ("attack_success", "all", "ASR all families"),
+        ("attack_executed", "held-out families", "executed held-out families"),
         ("injected_ok", "all", "utility under injection"),
         ("benign_ok", "all", "utility clean"),
     )
     head = " | ".join(m[2] for m in metrics)
-    lines = [f"| pair | seeds | {head} | ASR held-out: sign-flip p (instances) |", "|---" * (len(metrics) + 3) + "|"]
+    flips = "ASR held-out: sign-flip p (instances) | executed held-out: sign-flip p"
+    lines = [f"| pair | seeds | {head} | {flips} |", "|---" * (len(metrics) + 4) + "|"]
     pairs = [*PAIRS, *((arm, "base") for arm in ARMS)]
     for a, b in pairs:
-        flip = "-"
+        flip = {"attack_success": "-", "attack_executed": "-"}
         matched = []
         for run in _pooled(all_runs, a):
             other = (
@@ -343,9 +362,9 @@ def pooled_pair_table(all_runs: dict[str, dict]) -> list[str]:
                     if o is not None and r.get(key) is not None and o.get(key) is not None:
                         diffs.append({**r, "diff": float(r[key]) - float(o[key])})
             cells.append(signed(group_means(diffs, "diff").get("all")) if diffs else "-")
-            if key == "attack_success" and rows == "held-out families":
-                flip = _sign_flip(diffs)
-        cells.append(flip)
+            if key in flip and rows == "held-out families":
+                flip[key] = _sign_flip(diffs)
+        cells += flip.values()
         lines.append(f"| {a} − {b} | {len(matched)} | " + " | ".join(cells) + " |")
     return lines
 
@@ -443,6 +462,12 @@ def group_report(all_runs: dict[str, dict]) -> list[str]:
         "### ASR begins with (the reply starts with the witness), by attack family",
         "",
         *family_table(all_runs, "attack_begins"),
+        "",
+    ]
+    out += [
+        "### ASR executed (the witness outside every echo of the injected instruction), by attack family",
+        "",
+        *family_table(all_runs, "attack_executed"),
         "",
     ]
     out += [

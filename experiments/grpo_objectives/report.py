@@ -227,7 +227,7 @@ def table(runs: dict[str, dict[int, dict]], after: dict, arms: list[str]) -> lis
         }
         shared = [s for s in g if s in base]
         paired = "—"
-        if arm != "preset" and shared:
+        if base_name != arm and shared:
             d, dlo, dhi = paired_ci(runs, arm, base_name, shared)
             paired = f"{d:+.3f} [{dlo:+.3f}, {dhi:+.3f}] vs {base_name} (n={len(shared)})"
         runtime = statistics.fmean(runs[arm][s]["runtime_s"] for s in g)
@@ -242,7 +242,11 @@ def table(runs: dict[str, dict[int, dict]], after: dict, arms: list[str]) -> lis
     return lines
 
 
-def plot(runs: dict[str, dict[int, dict]], gains: dict[str, dict[int, float]], path: str, min_seeds: int) -> None:
+def plot(
+    runs: dict[str, dict[int, dict]], gains: dict[str, dict[int, float]], path: str, min_seeds: int, full_ft: bool
+) -> None:
+    """Gain per seed and mean with its interval per arm; `full_ft`: full fine-tuning's gain on the same 200 problems
+    as a line (at ~480 rollouts against the arms' ~3,400: a reference, not a matched rival)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -257,16 +261,19 @@ def plot(runs: dict[str, dict[int, dict]], gains: dict[str, dict[int, float]], p
         colour = "C1" if arm == MAKE_TRAIN_ARM else "C0"  # the make-train preset in orange
         ax.errorbar([mean], [i], xerr=[[mean - lo], [hi - mean]], fmt="o", color=colour)
     ax.axvline(0, color="0.8", lw=1)
-    ax.axvline(FULL_FT_GAIN, color="C2", lw=1, ls="--", label=f"full fine-tuning, +{FULL_FT_GAIN:.2f}")
+    if full_ft:
+        label = f"full fine-tuning, +{FULL_FT_GAIN:.2f} (~480 rollouts)"
+        ax.axvline(FULL_FT_GAIN, color="C2", lw=1, ls="--", label=label)
+        ax.legend(loc="upper left", fontsize=8)
     ax.set_yticks(range(len(shown)), shown)
     ax.invert_yaxis()
-    ax.set_xlabel("held-out accuracy gain (200 problems)")
+    problems = {len(r.get("gains", [])) for arm in shown for r in runs[arm].values()}
+    ax.set_xlabel(f"held-out accuracy gain ({'/'.join(map(str, sorted(problems)))} problems)")
     ax.set_title(
         "GRPO + LoRA on SmolLM2-135M, make-train configuration\n"
         f"gain per seed (grey), mean, 95% CI over seeds x problems; arms with >= {min_seeds} seeds; orange: the preset",
         fontsize=10,
     )
-    ax.legend(loc="upper left", fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
@@ -275,7 +282,7 @@ def plot(runs: dict[str, dict[int, dict]], gains: dict[str, dict[int, float]], p
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--arms", help="comma list (default: all with results)")
-    p.add_argument("--plot", default=str(HERE / "gains.png"))
+    p.add_argument("--plot", help="default: gains.png beside results/, or in any other --results folder")
     p.add_argument("--plot-min-seeds", type=int, default=3, help="arms with fewer seeds are left out of the plot")
     p.add_argument("--results", type=Path, default=RESULTS, help="the folder of the CSV files")
     p.add_argument("--report", type=Path, help="the markdown table (default: <results>/report.md)")
@@ -284,13 +291,14 @@ def main(argv: list[str] | None = None) -> None:
     if args.collect:
         for path in collect(args.results):
             print(f"collected: {path}", file=sys.stderr)
+    args.plot = args.plot or str(HERE / "gains.png" if args.results == RESULTS else args.results / "gains.png")
     runs, after = load(args.results)
     arms = args.arms.split(",") if args.arms else [a for a in ARMS if a in runs] + [a for a in runs if a not in ARMS]
     lines = table(runs, after, arms)
     print("\n".join(lines))
     command = COMMAND + (f" --arms {args.arms}" if args.arms else "")
     (args.report or args.results / REPORT_MD).write_text("\n".join([f"<!-- {command} -->", *lines]) + "\n")
-    plot(runs, gains_of(runs, arms), args.plot, args.plot_min_seeds)
+    plot(runs, gains_of(runs, arms), args.plot, args.plot_min_seeds, full_ft=args.results == RESULTS)
     print(f"plot: {args.plot}")
 
 

@@ -23,6 +23,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 RESULTS = Path(__file__).resolve().parent / "results"
+TEST_RESULTS = Path(__file__).resolve().parent / "test_results"  # the TEST_ARMS' runs and tables, kept apart
 DIGITS = (
     "algo.rewards=[{name:math,weight:1.0,kwargs:{last_number:true}},{name:digit_match,weight:0.5},"
     "{name:numeric_answer,weight:0.0}]"
@@ -246,6 +247,8 @@ RETIRED = {
 def base_arm(arm: str) -> str:
     """The arm an arm's paired difference is taken against: the preset its single change was made on."""
     own = ARMS.get(arm, [])
+    if arm in TEST_ARMS:  # the final test's rivals, against today's preset on the same fresh seeds
+        return "test_preset"
     if arm.startswith("p_cdf_"):  # variants of the inverse-CDF preset, today's among them
         return CDF_ARM
     if arm.startswith("p_inv_"):  # variants of the thread-invariant preset, today's among them
@@ -284,7 +287,7 @@ def seeds(spec: str) -> list[int]:
 
 
 def run(arm: str, seed: int, threads: int, extra: list[str]) -> str:
-    out = RESULTS / arm / f"seed{seed}"
+    out = (TEST_RESULTS if arm in TEST_ARMS else RESULTS) / arm / f"seed{seed}"
     if (out / "summary.json").exists():
         return f"{arm} seed {seed}: done before"
     out.mkdir(parents=True, exist_ok=True)

@@ -36,6 +36,9 @@ def test_arms_pair_with_the_preset_they_changed():
     # the p_cdf_* arms are single changes on the inverse-CDF preset, today's make-train arm
     assert run.MAKE_TRAIN_ARM == run.CDF_ARM and run.base_arm("p_cdf_upfront2") == run.CDF_ARM
     assert set(run.RETIRED) <= set(run.ARMS)  # still reported, no longer run
+    # issue 62's final test: every rival against today's preset, all of them on problems 200-499 alone
+    assert {run.base_arm(arm) for arm in run.TEST_ARMS} == {"test_preset"}
+    assert all(run.overrides(arm)[-2:] == run.TEST for arm in run.TEST_ARMS)
 
 
 def test_the_make_train_arm_is_the_preset(compose):
@@ -52,6 +55,7 @@ def test_the_make_train_arm_is_the_preset(compose):
 
     preset = recipe()
     assert preset == recipe(*run.overrides(run.MAKE_TRAIN_ARM))
+    assert recipe(*run.TEST) == recipe(*run.overrides("test_preset"))  # the final test scores today's preset
     assert preset != recipe(*run.overrides("dapo"))  # the test can tell arms apart
 
 
@@ -72,10 +76,10 @@ def test_bf16_arms_keep_the_attention_they_ran_with():
 
 def test_arms_keep_the_sampler_they_ran_with():
     """Every arm from before hw=cpu's inverse-CDF sampler pins torch.multinomial; the inverse-CDF arm (today's
-    make-train arm) and the arms on it (`p_cdf_*`) choose their own."""
+    make-train arm) and the arms on it (`p_cdf_*`, the final test's `TEST_ARMS`) choose their own."""
     run = _module("run")
     sampler = {arm: [o for o in run.overrides(arm) if o.startswith("algo.generation.sampler=")] for arm in run.ARMS}
-    on_cdf = [arm for arm in run.ARMS if arm == run.CDF_ARM or arm.startswith("p_cdf_")]
+    on_cdf = [arm for arm in run.ARMS if arm == run.CDF_ARM or arm.startswith("p_cdf_") or arm in run.TEST_ARMS]
     assert len(on_cdf) >= 2 and all(sampler[arm] == ["algo.generation.sampler=inverse_cdf"] for arm in on_cdf)
     assert all(v == [run.OLD_SAMPLER] for arm, v in sampler.items() if arm not in on_cdf)
 
