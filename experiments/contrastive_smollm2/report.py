@@ -11,12 +11,12 @@ and DIR/<arm>_s<seed>/eval_after.jsonl (one record per eval item), the ifeval_*.
 
     items.csv             one row per eval item: item, task instance, task, attack family, position, injected task,
                           held-out family (1/0)
-    eval_<group>.csv      one row per (run as in runs.csv, item): attack succeeded (witness in the reply), reply begins with
-                          it, executed (witness outside any echo of the injected instruction), task utility on the
-                          clean prompt, under injection (1/0; empty: not scored)
+    eval_<group>.csv      one row per (run as in runs.csv, item): attack succeeded (witness in the reply), reply
+                          begins with it, executed (witness outside any echo of the injected instruction), task
+                          utility on the clean prompt, under injection (1/0; empty: not scored)
     ifeval.csv            one row per (group, arm, seed, IFEval prompt): prompt-level strict accuracy
-    runs.csv              one row per run (`run`: its number): group, arm, seed, IFEval instruction-level strict accuracy, /usr/bin/time -v fields,
-                          cos(benign, injected) per hidden state
+    runs.csv              one row per run (`run`: its number): group, arm, seed, IFEval instruction-level strict
+                          accuracy, /usr/bin/time -v fields, cos(benign, injected) per hidden state
 
 The default mode reads only these and writes results/report.md (one section per group, the first with the plots
 asr_by_family.png and layers.png). Intervals are 95% percentile bootstraps that resample whole task instances
@@ -146,7 +146,13 @@ def collect(raw_dirs: list[Path], out: Path) -> list[Path]:
                 ifeval_rows.append([group, run["arm"], seed, r["id"], r["prompt_level_strict_acc"]])
             time = run["time"] or {}
             runs_rows.append(
-                [len(runs_rows), group, run["arm"], seed, "" if run["inst_strict"] is None else repr(run["inst_strict"])]
+                [
+                    len(runs_rows),
+                    group,
+                    run["arm"],
+                    seed,
+                    "" if run["inst_strict"] is None else repr(run["inst_strict"]),
+                ]
                 + [int(run["time"] is not None), *(time.get(k, "") for k in TIME_FIELDS)]
                 + [" ".join(repr(float(c)) for c in run["cos"])]
             )
