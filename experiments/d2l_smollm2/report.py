@@ -67,6 +67,7 @@ LABELS = {
 METRICS = {"accuracy": "correct", "exact_match": "em", "f1": "f1", "own_fact": "own_fact"}
 COST_KEYS = {"cd": ("cd_ms_per_doc", "cd_docs"), "format_lora": ("format_lora_train_s",)}  # eval.json's, per condition
 FACTS = "facts"  # the set evaluated at the end of training: the facts alone
+NUMERIC_KINDS = ("org_year", "org_staff", "papers")  # facts whose answer is a number; the rest are names, places, dates
 LENGTH_CONDITIONS = ("no_context", "in_context", "in_context_truncated", "d2l", "d2l_other_doc", "cd")
 
 
@@ -854,6 +855,18 @@ def must_show_table(built: dict[str, dict[str, dict[int, dict[str, Any]]]]) -> l
             f"**{share:.0%}** (lowest seed {seed:.0%}, the CI's lower end {low:.0%}) | "
             f"{'met' if share >= 0.6 else 'not met'} |"
         )
+    for numeric, label in ((True, "numbers (year, head count, papers)"), (False, "names, places and dates")):
+        runs = {
+            s: _only(run, lambda r, n=numeric: (r.get("kind") in NUMERIC_KINDS) is n)
+            for s, run in built["facts3"][FACTS].items()
+        }
+        d2l, ic = pooled(runs, "d2l", "correct"), pooled(runs, "in_context", "correct")
+        assert d2l is not None and ic is not None
+        lines.append(
+            f"| the same, split by the fact asked (issue 62) | three facts: {label}, {len(_rows(runs)[0])} questions "
+            f"| D2L {cell(d2l)} against in context {ic['mean']:.3f}: **{d2l['mean'] / ic['mean']:.0%}** | "
+            f"{'met' if d2l['mean'] >= 0.6 * ic['mean'] else 'not met'} |"
+        )
     for key, label in fits:
         runs = built[key][FACTS]
         diff, cd = pooled(runs, "d2l", "correct", minus="cd"), pooled(runs, "cd", "correct")
@@ -879,6 +892,16 @@ def must_show_table(built: dict[str, dict[str, dict[int, dict[str, Any]]]]) -> l
             f"| above truncated in context beyond the {_window(runs)}-token window | {length} "
             f"({_mean_tokens(runs):.0f} tokens), {docs} | D2L minus truncated, paired: **{cell(diff, True)}** (D2L "
             f"{d2l['mean']:.3f}, truncated {cut['mean']:.3f}) | {'met' if diff['ci'][0] > 0 else 'not met'} |"
+        )
+    for key, length, docs in (("chunks96", "x2", "96"), ("chunks48", "x4", "48"), ("chunks32", "x8", "48")):
+        runs = built[key][length]  # the whole document fits SmolLM2's 8,192 positions at every length
+        diff = pooled(runs, "d2l", "correct", minus="in_context")
+        d2l, full = pooled(runs, "d2l", "correct"), pooled(runs, "in_context", "correct")
+        assert diff is not None and d2l is not None and full is not None
+        lines.append(
+            f"| against the whole document in context (issue 62) | {length} ({_mean_tokens(runs):.0f} tokens), {docs} "
+            f"| D2L minus in context, paired: **{cell(diff, True)}** (D2L {d2l['mean']:.3f}, in context "
+            f"{full['mean']:.3f}) | {'above' if diff['ci'][0] > 0 else 'below' if diff['ci'][1] < 0 else 'level'} |"
         )
     plots = ", ".join(f"`{name}` ({PLOT_TITLES[name]})" for name in PLOTS)
     lines.append(f"| accuracy vs document length, plotted | 48 | {plots} | done |")
