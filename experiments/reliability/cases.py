@@ -497,6 +497,14 @@ CASES: list[Case] = [
         r"data=add sets algo\.heldout, which algo=d2l does not have: .* \(algo=d2l trains on e\.g\. data=d2l_synth\)",
         base=("trainer.max_steps=1", "trainer.progress_bar=false"),
     ),
+    Case(
+        "data_path_without_source",
+        "data file given without data.source=jsonl (issue 60)",
+        ("data.path={case}/data.jsonl",),
+        r"data\.path=.*data\.jsonl is not read with data\.source=generator .*add data\.source=jsonl",
+        setup=lambda c: _write(c / "data.jsonl", _prompts()),
+        writes_nothing=True,
+    ),
 ]
 
 

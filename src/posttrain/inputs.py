@@ -62,6 +62,11 @@ def check_run_dir(run_dir: str) -> None:
 def check_data(cfg: DictConfig) -> None:
     """DataError (one line, file:line) for a local data file the run would fail on after loading the model."""
     path = None if OmegaConf.is_missing(cfg.data, "path") else cfg.data.get("path")
+    if path and cfg.data.source == "generator":  # the generator builds data.name's rows and never opens a path
+        raise DataError(
+            f"data.path={path} is not read with data.source=generator (the built-in {cfg.data.name} data); "
+            "add data.source=jsonl for a local file or data.source=hub for a hub dataset"
+        )
     if cfg.mode == "plan" or not path or (cfg.data.source != "jsonl" and not Path(path).exists()):  # a hub name
         return
     if not Path(path).exists():
