@@ -420,12 +420,14 @@ CASES: list[Case] = [
         "misspelt key added with + (issue 60)",
         ("+trainer.max_step=3",),
         r"trainer has no key 'max_step' \(did you mean trainer\.max_steps\?\)",
+        before="silently accepted",
     ),
     Case(
         "arch_negative",
         "negative hidden size (issue 60)",
         ("model.arch.hidden_size=-64",),
         r"model\.arch\.hidden_size=-64 must be > 0",
+        before="traceback",
     ),
     Case(
         "arch_typo",
@@ -438,18 +440,21 @@ CASES: list[Case] = [
         "unknown attention implementation (issue 60)",
         ("model.attn_implementation=bogus",),
         r"model\.attn_implementation='bogus' is not one of eager, ",
+        before="traceback",
     ),
     Case(
         "attention_flash_on_cpu",
         "FlashAttention on a CPU, not installed (issue 60)",
         ("model.attn_implementation=flash_attention_2",),
         r"model\.attn_implementation=flash_attention_2 runs on CUDA only, not hw\.device=cpu",
+        before="traceback",
     ),
     Case(
         "lora_target_unknown",
         "LoRA target that names no module (issue 60)",
         ("model.lora.target_modules=[foo_proj]",),
         r"'foo_proj' names no module of this llama model; its linear layers: down_proj, gate_proj",
+        before="traceback",
     ),
     Case(
         "chat_template_syntax",
@@ -457,12 +462,14 @@ CASES: list[Case] = [
         ("model.chat_template={case}/bad.jinja",),
         r"model\.chat_template=.*bad\.jinja: line 2: unexpected '\}'",
         setup=lambda c: _write(c / "bad.jinja", "{% for m in messages %}\n{{ m['content'] }\n{% endfor %}"),
+        before="traceback",
     ),
     Case(
         "model_path_on_a_tiny_model",
         "model directory given to a tiny random model (issue 60)",
         ("model.path={case}",),
         r"model\.path is ignored by model=tiny_llama \(model\.tiny=true builds a random model\)",
+        before="silently accepted",
     ),
     Case(
         "model_config_corrupt",
@@ -470,6 +477,7 @@ CASES: list[Case] = [
         ("model=smollm2_135m", "model.path={case}"),
         r"model\.path=.*: config\.json does not parse \(Expecting property name",
         setup=lambda c: _write(c / "config.json", "{bad"),
+        before="traceback",
     ),
     Case(
         "model_without_tokenizer",
@@ -477,6 +485,7 @@ CASES: list[Case] = [
         ("model=smollm2_135m", "model.path={case}"),
         r"model\.path=.*: no tokenizer \(tokenizer\.json, tokenizer\.model, vocab\.json, tokenizer_config\.json",
         setup=lambda c: _write(c / "config.json", "{}"),
+        before="traceback",
     ),
     Case(
         "old_trl_key",
@@ -504,6 +513,7 @@ CASES: list[Case] = [
         r"data\.path=.*data\.jsonl is not read with data\.source=generator .*add data\.source=jsonl",
         setup=lambda c: _write(c / "data.jsonl", _prompts()),
         writes_nothing=True,
+        before="silently accepted",
     ),
 ]
 

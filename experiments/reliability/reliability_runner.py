@@ -54,6 +54,7 @@ class Case:
     plugin: bool = False  # needs the broken rewards in plugin/
     env: dict[str, str] = field(default_factory=dict)
     writes_nothing: bool = False  # refused before Hydra creates the run dir: no new file under the case dir either
+    before: str = ""  # how issue 60 saw this input at c264df7, for the inputs it names (report.BEFORE's rows)
 
 
 # -- running ----------------------------------------------------------------------------------------------------

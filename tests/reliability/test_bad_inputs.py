@@ -85,7 +85,7 @@ def test_real_subprocess_stderr_is_exactly_one_line(case_id, work):
 
 def test_results_table_covers_every_case():
     """results/cases.csv has one row per case, in the case list's order, and report.md's full table shows each with
-    its `error:` line and "yes" (the README shows report.md's one-line-per-case table)."""
+    its `error:` line and "yes"; the README holds report.md's before/after table of issue 60."""
     folder = ROOT / "experiments" / "reliability"
     with (folder / "results" / "cases.csv").open(newline="") as f:
         records = list(csv.DictReader(f))
@@ -99,5 +99,12 @@ def test_results_table_covers_every_case():
         assert row.startswith(f"| {i} | {case.problem} | `{cases._display_args(case)}` |"), row  # as run now
         assert "| yes |" in row and "error: " in row, row
         assert json.loads(rec["problems"]) == [] and int(rec["exit"]) == 2, rec
+    assert all(f"| {i} | {c.problem} | 2 | yes |" in text for i, c in enumerate(cases.CASES, 1))  # the short table
+    # issue 60's before/after: the README's table, every case the issue names counted once under its old outcome
     readme = (folder / "README.md").read_text()
-    assert all(f"| {i} | {c.problem} | 2 | yes |" in readme for i, c in enumerate(cases.CASES, 1))
+    after = text.split("## Issue 60: before and after")[1].split("## Every case")[0]
+    rows = [ln for ln in after.splitlines() if ln.startswith("| ") and not ln.startswith("| at ")]
+    assert rows and all(row in readme for row in rows)
+    named = [c for c in cases.CASES if c.before]
+    assert sum(int(row.split(" | ")[2].split()[0]) for row in rows) == len(named) >= 10
+    assert all(row.endswith(f"| {n} of {n} |") for row in rows for n in [row.split(" | ")[2].split()[0]])
