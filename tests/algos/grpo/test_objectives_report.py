@@ -211,14 +211,15 @@ def test_collect_builds_the_csv_files_the_report_reads(tmp_path, capsys):
     assert capsys.readouterr().out.splitlines()[:4] == (data / "report.md").read_text().splitlines()[1:]
 
 
-def test_the_committed_report_is_the_committed_tables(tmp_path):
-    """results/report.md is what report.py makes of results/runs.csv, heldout.csv and problems.csv, byte for byte (the
-    CSV files copied alone: nothing else under results/ is read)."""
+@pytest.mark.parametrize("folder", ["results", "test_results"])
+def test_the_committed_report_is_the_committed_tables(tmp_path, folder):
+    """results/report.md (and test_results/report.md, issue 62's final test) is what report.py makes of its folder's
+    runs.csv, heldout.csv and problems.csv, byte for byte (the CSV files copied alone: nothing else is read)."""
     report = _module("report")
     for name in (report.RUNS_CSV, report.HELDOUT_CSV, report.PROBLEMS_CSV):
-        (tmp_path / name).write_bytes((HERE / "results" / name).read_bytes())
+        (tmp_path / name).write_bytes((HERE / folder / name).read_bytes())
     report.main(["--results", str(tmp_path), "--plot", str(tmp_path / "gains.png")])
-    assert (tmp_path / "report.md").read_bytes() == (HERE / "results" / "report.md").read_bytes()
+    assert (tmp_path / "report.md").read_bytes() == (HERE / folder / "report.md").read_bytes()
     assert (tmp_path / "gains.png").stat().st_size > 0
 
 
