@@ -885,9 +885,7 @@ def must_show_table(built: dict[str, dict[str, dict[int, dict[str, Any]]]]) -> l
     beyond = (("chunks96", "x2", "96"), ("chunks96", "x4", "96"), ("chunks32", "x8", "48, after 32-chunk training"))
     for key, length, docs in beyond:
         runs = built[key][length]
-        diff = pooled(runs, "d2l", "correct", minus="in_context_truncated")
-        d2l, cut = pooled(runs, "d2l", "correct"), pooled(runs, "in_context_truncated", "correct")
-        assert diff is not None and d2l is not None and cut is not None
+        diff, d2l, cut = _against(runs, "in_context_truncated")
         lines.append(
             f"| above truncated in context beyond the {_window(runs)}-token window | {length} "
             f"({_mean_tokens(runs):.0f} tokens), {docs} | D2L minus truncated, paired: **{cell(diff, True)}** (D2L "
@@ -895,9 +893,7 @@ def must_show_table(built: dict[str, dict[str, dict[int, dict[str, Any]]]]) -> l
         )
     for key, length, docs in (("chunks96", "x2", "96"), ("chunks48", "x4", "48"), ("chunks32", "x8", "48")):
         runs = built[key][length]  # the whole document fits SmolLM2's 8,192 positions at every length
-        diff = pooled(runs, "d2l", "correct", minus="in_context")
-        d2l, full = pooled(runs, "d2l", "correct"), pooled(runs, "in_context", "correct")
-        assert diff is not None and d2l is not None and full is not None
+        diff, d2l, full = _against(runs, "in_context")
         lines.append(
             f"| against the whole document in context (issue 62) | {length} ({_mean_tokens(runs):.0f} tokens), {docs} "
             f"| D2L minus in context, paired: **{cell(diff, True)}** (D2L {d2l['mean']:.3f}, in context "
@@ -906,6 +902,14 @@ def must_show_table(built: dict[str, dict[str, dict[int, dict[str, Any]]]]) -> l
     plots = ", ".join(f"`{name}` ({PLOT_TITLES[name]})" for name in PLOTS)
     lines.append(f"| accuracy vs document length, plotted | 48 | {plots} | done |")
     return lines
+
+
+def _against(runs: dict[int, dict[str, Any]], baseline: str) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
+    """D2L minus `baseline` (paired), D2L's accuracy and the baseline's, pooled over the seeds."""
+    diff = pooled(runs, "d2l", "correct", minus=baseline)
+    d2l, base = pooled(runs, "d2l", "correct"), pooled(runs, baseline, "correct")
+    assert diff is not None and d2l is not None and base is not None
+    return diff, d2l, base
 
 
 PLOT_TITLES = {"accuracy_vs_length.png": "fact1_chunks", "accuracy_vs_length_chunks32.png": "after 32-chunk training"}
