@@ -54,6 +54,8 @@ EVAL_CONDITIONS = (
     "no_context",  # the base model, question only
     "in_context",  # the document (as D2L reads it) in the prompt; skipped where it exceeds the model's positions
     "in_context_truncated",  # the document cut to algo.context_window
+    "in_context_instructed",  # in_context after an instruction to read the document and answer (named only)
+    "retrieval_bm25",  # the document's best BM25 sentences for the question, filling algo.context_window (named only)
     "d2l",  # the LoRA generated from the question's document
     "d2l_other_doc",  # the LoRA of another held-out document, same question
     "d2l_other_entity",  # the question's document's LoRA, asked about another document's entity (needs kinds)
@@ -61,6 +63,7 @@ EVAL_CONDITIONS = (
     "format_lora",  # a PEFT LoRA trained on the training questions' replies, no document (baselines.format_lora_*)
     "cd",  # per-document context distillation into a fresh PEFT LoRA (baselines.cd_*)
 )
+OPT_IN_CONDITIONS = ("in_context_instructed", "retrieval_bm25")  # not in a null eval_conditions' default
 CD_PROBES = ("questions", "probes")
 
 
@@ -132,7 +135,8 @@ class D2LAlgoConfig:
     monitor_docs: int = num(16, ge=2)
     eval_batch_size: int = num(16, gt=0)
     # Which EVAL_CONDITIONS to evaluate; null: every one that applies (format_lora and cd when their steps are set,
-    # d2l_other_entity and in_context_other_entity when the questions have kinds).
+    # d2l_other_entity and in_context_other_entity when the questions have kinds), less the baselines evaluated only
+    # when named (OPT_IN_CONDITIONS: in_context_instructed, retrieval_bm25).
     eval_conditions: list[str] | None = None
     # Held-out documents also state their questions' pairs' facts (the same kind of fact about another document's
     # entity, `binding.with_distractors`): a binding test that the base model reading the document can pass. Needs

@@ -6,6 +6,9 @@ Conditions (`config.EVAL_CONDITIONS`; the same questions and gold answers unless
   whose prompt would exceed the model's positions are left out of it (the condition, when that is all of them);
 - `in_context_truncated`: the document cut so that it and the question fit in `context_window` tokens (the fair
   in-context baseline for a model granted that window; the CD teacher reads the same cut);
+- `in_context_instructed`: `in_context` with the document and question after `data.d2l.INSTRUCTION` (named only);
+- `retrieval_bm25`: the document's sentences BM25 ranks best for the question, as many as fit the window of
+  `in_context_truncated`, in document order (`retrieval.py`; named only);
 - `d2l`: the LoRA generated from the question's document, question only;
 - `d2l_other_doc`: the LoRA generated from another held-out document (`other_doc`), same question;
 - `d2l_other_entity`: the question's document's LoRA, asked another document's question of the same kind (records
@@ -41,10 +44,11 @@ from tqdm.auto import tqdm
 from posttrain.algos.d2l.baselines import distilled_lora, format_lora, lm_answer_logits, teacher_document
 from posttrain.algos.d2l.batching import view_batch
 from posttrain.algos.d2l.binding import MARGIN, OTHER_ENTITY, PREFERRED, swapped_record, value_margins
-from posttrain.algos.d2l.config import EVAL_CONDITIONS
+from posttrain.algos.d2l.config import EVAL_CONDITIONS, OPT_IN_CONDITIONS
 from posttrain.algos.d2l.locality import other_entity_pairs
 from posttrain.algos.d2l.lora import GeneratedLoRA
 from posttrain.algos.d2l.monitor import document_index
+from posttrain.algos.d2l.retrieval import retrieved_document
 from posttrain.algos.d2l.scoring import best_over, contains_answer, score
 from posttrain.analysis.stats import bootstrap_ci
 from posttrain.data.d2l import (
@@ -117,7 +121,7 @@ def wanted_conditions(conditions: Any, baselines: Any, has_pairs: bool) -> list[
         "in_context_other_entity": has_pairs,
     }
     if conditions is None:
-        return [c for c in EVAL_CONDITIONS if applies.get(c, True)]
+        return [c for c in EVAL_CONDITIONS if applies.get(c, True) and c not in OPT_IN_CONDITIONS]
     missing = [c for c in conditions if not applies.get(c, True)]
     if missing:
         raise ValueError(f"condition {missing[0]} does not apply (no steps configured, or questions without kinds)")
@@ -247,7 +251,16 @@ def evaluate_model(
         fitting = set(fits)
         read_other = {j: in_context_of(j, records[pairs[j]]) for j in paired if j in fitting}  # type: ignore[index]
         read_other = {j: v for j, v in read_other.items() if len(v["input_ids"]) <= positions}
-    for cond, able in (("in_context", fits), ("in_context_other_entity", read_other)):
+    instructed: dict[int, dict[str, Any]] = {}  # j -> j's document and question after the instruction, where it fits
+    if "in_context_instructed" in wanted:
+        instructed = {
+            j: in_context_view(seen[doc_index[j]], records[j], tok, max_length, len(rows[j]["ctx_ids"]), True)
+            for j in fits
+        }
+        instructed = {j: v for j, v in instructed.items() if len(v["input_ids"]) <= positions}
+    retrieved = [retrieved_document(r, tok, max_length, window) for r in records] if "retrieval_bm25" in wanted else []
+    able_of = (("in_context", fits), ("in_context_other_entity", read_other), ("in_context_instructed", instructed))
+    for cond, able in able_of:
         if not able and cond in wanted:  # no question's document fits the model's positions
             wanted.remove(cond)
     tasks = {
@@ -263,6 +276,18 @@ def evaluate_model(
             [in_context_view(cut[j], records[j], tok, max_length, window) for j in everyone],
             [in_context_prompt(cut[j], questions[j]) for j in everyone],
             gold,
+        ),
+        "in_context_instructed": Task(
+            list(instructed),
+            list(instructed.values()),
+            [in_context_prompt(seen[doc_index[j]], questions[j], instructed=True) for j in instructed],
+            [gold[j] for j in instructed],
+        ),
+        "retrieval_bm25": Task(
+            everyone if retrieved else [],
+            [in_context_view(retrieved[j], records[j], tok, max_length, window) for j in everyone if retrieved],
+            [in_context_prompt(retrieved[j], questions[j]) for j in everyone if retrieved],
+            gold if retrieved else [],
         ),
         "d2l": Task(everyone, student, questions, gold, doc_index),
         "d2l_other_doc": Task(everyone, student, questions, gold, [other[d] for d in doc_index]),
@@ -338,6 +363,7 @@ def evaluate_model(
             "hops": r.get("hops"),
             "doc_tokens": doc_tokens[doc_index[j]],
             "in_window": _in_window(r, cut[j]),
+            **({"retrieved_answer": best_over(contains_answer, retrieved[j], gold[j])} if retrieved else {}),
             **{c: per[c][j] for c in per if j in per[c]},
         }
         for j, r in enumerate(records)

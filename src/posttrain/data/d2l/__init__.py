@@ -89,7 +89,14 @@ def d2l_records(data_cfg: DictConfig, tokenizer: Any = None) -> tuple[list[dict[
     return _split_by_doc(load_squad(data_cfg.path, data_cfg.split, fmt=fmt), data_cfg.num_train, data_cfg.num_eval)
 
 
-def in_context_prompt(document: str, question: str) -> str:
+# The instructed in-context baseline's request (issue 62: the bare document and question may under-read the model)
+INSTRUCTION = "Read the document below, then answer the question about it."
+
+
+def in_context_prompt(document: str, question: str, instructed: bool = False) -> str:
+    """The user turn of the in-context baselines: the document then the question, bare or after INSTRUCTION."""
+    if instructed:
+        return f"{INSTRUCTION}\n\nDocument:\n{document}\n\nQuestion: {question}"
     return f"{document}\n\n{question}"
 
 
@@ -152,14 +159,17 @@ def student_view(record: dict[str, Any], tokenizer: Any, max_length: int | None 
     return assistant_labels(tokenizer, [{"role": "user", "content": record["question"]}] + _reply(record), max_length)
 
 
-def in_context_view(document: str, record: dict[str, Any], tokenizer: Any, max_length: int, doc_tokens: int):
-    """`input_ids`/`labels` of `document` + the record's question, labels on its reply (`doc_tokens`: the
-    document's length, added to the `max_length` of question + reply, + a few tokens where a cut text retokenizes
-    differently)."""
+def in_context_view(
+    document: str, record: dict[str, Any], tokenizer: Any, max_length: int, doc_tokens: int, instructed: bool = False
+):
+    """`input_ids`/`labels` of `document` + the record's question (`in_context_prompt`), labels on its reply
+    (`doc_tokens`: the document's length, added to the `max_length` of question + reply, + a few tokens where a cut
+    text retokenizes differently, + the instruction's)."""
     from posttrain.data.chat import assistant_labels
 
-    messages = [{"role": "user", "content": in_context_prompt(document, record["question"])}] + _reply(record)
-    return assistant_labels(tokenizer, messages, max_length + doc_tokens + 8)
+    prompt = in_context_prompt(document, record["question"], instructed)
+    messages = [{"role": "user", "content": prompt}] + _reply(record)
+    return assistant_labels(tokenizer, messages, max_length + doc_tokens + (32 if instructed else 8))
 
 
 def window_document(record: dict[str, Any], tokenizer: Any, max_length: int, window: int) -> str:
