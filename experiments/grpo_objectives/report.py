@@ -87,17 +87,52 @@ def _commits(results: Path) -> dict[Path, str]:
     return commits
 
 
+def _kept_rows(results: Path, present: set[tuple[str, int]]) -> dict[tuple[str, int], tuple[dict, list[list[str]]]]:
+    """The CSV rows (runs.csv's, heldout.csv's) of the runs already collected whose run dir is not here: run dirs stay
+    out of git, so a fresh clone adds new runs to the committed CSVs instead of replacing them."""
+    if not (results / RUNS_CSV).is_file():
+        return {}
+    with (results / RUNS_CSV).open(newline="") as f:
+        old = {row["run"]: row for row in csv.DictReader(f)}
+    kept = {
+        (row["arm"], int(row["seed"])): (row, [])
+        for row in old.values()
+        if (row["arm"], int(row["seed"])) not in present
+    }
+    with (results / HELDOUT_CSV).open(newline="") as f:
+        for row in csv.DictReader(f):
+            key = (old[row["run"]]["arm"], int(old[row["run"]]["seed"]))
+            if key in kept:
+                kept[key][1].append([row[c] for c in HELDOUT_COLUMNS[1:]])
+    return kept
+
+
 def collect(results: Path = RESULTS) -> tuple[Path, Path, Path]:
-    """results/<arm>/seed<S>/ -> results/runs.csv, heldout.csv (runs in the order of their paths) and problems.csv.
-    Every run must ask the same problem at each item."""
+    """results/<arm>/seed<S>/ -> results/runs.csv, heldout.csv (runs in the order of their paths) and problems.csv,
+    keeping the rows of runs collected before whose run dir is gone. Every run must ask the same problem at each
+    item."""
     commits = _commits(results)
+    folders = {
+        (f.parent.parent.name, int(f.parent.name.removeprefix("seed"))): f for f in results.glob("*/seed*/summary.json")
+    }
+    kept = _kept_rows(results, set(folders))
+    known: dict[int, str] = {}
+    if kept:
+        with (results / PROBLEMS_CSV).open(newline="") as f:
+            known = {int(row["item"]): row["operation"] for row in csv.DictReader(f)}
     runs, items, problems = [], [], {}
-    for run, summary in enumerate(sorted(results.glob("*/seed*/summary.json"))):
+    for run, key in enumerate(sorted({*folders, *kept}, key=lambda k: (k[0], f"seed{k[1]}"))):
+        if key in kept:
+            row, rows = kept[key]
+            runs.append({**row, "run": run})
+            items += [[run, *r] for r in rows]
+            continue
+        summary = folders[key]
         folder = summary.parent
         values = json.loads(summary.read_text())
         runs.append(
-            {"run": run, "arm": folder.parent.name, "seed": int(folder.name.removeprefix("seed"))}
-            | {key: values[key] for key in SUMMARY_FIELDS}
+            {"run": run, "arm": key[0], "seed": key[1]}
+            | {k: values[k] for k in SUMMARY_FIELDS}
             | {"commit": commits.get(summary.resolve(), "")}
         )
         before, after = _answers(folder / "heldout_before.jsonl"), _answers(folder / "heldout_after.jsonl")
@@ -107,8 +142,11 @@ def collect(results: Path = RESULTS) -> tuple[Path, Path, Path]:
             question = (before or after)[item][0]
             if problems.setdefault(item, question) != question:
                 raise ValueError(f"{folder}: held-out problem {item} is not the other runs' ({question!r})")
+            if item in known and known[item] != operation(question):
+                raise ValueError(f"{folder}: held-out problem {item} is not the collected runs' ({question!r})")
             correct = [answers[item][1] if answers else None for answers in (before, after)]
             items.append([run, item, *map(_number, correct)])
+    operations = known | {item: operation(question) for item, question in problems.items()}
     paths = results / RUNS_CSV, results / HELDOUT_CSV, results / PROBLEMS_CSV
     with paths[0].open("w", newline="") as f:
         writer = csv.DictWriter(f, RUN_COLUMNS, lineterminator="\n")
@@ -121,7 +159,7 @@ def collect(results: Path = RESULTS) -> tuple[Path, Path, Path]:
     with paths[2].open("w", newline="") as f:
         writer = csv.writer(f, lineterminator="\n")
         writer.writerow(PROBLEM_COLUMNS)
-        writer.writerows([item, operation(question)] for item, question in sorted(problems.items()))
+        writer.writerows([item, op] for item, op in sorted(operations.items()))
     return paths
 
 
@@ -229,17 +267,22 @@ def table(runs: dict[str, dict[int, dict]], after: dict, arms: list[str]) -> lis
         paired = "—"
         if base_name != arm and shared:
             d, dlo, dhi = paired_ci(runs, arm, base_name, shared)
-            paired = f"{d:+.3f} [{dlo:+.3f}, {dhi:+.3f}] vs {base_name} (n={len(shared)})"
+            paired = f"{d:+.3f} {_interval(dlo, dhi, len(shared))} vs {base_name} (n={len(shared)})"
         runtime = statistics.fmean(runs[arm][s]["runtime_s"] for s in g)
         seeds_ = ",".join(str(s) for s in g)
         ops = by_operation(after, arm, list(g))
         lines.append(
             f"| {arm} | {seeds_} | {after_mean:.3f} | {after_lo:.3f}-{after_hi:.3f} | "
             f"{ops['+']:.2f} / {ops['-']:.2f} | "
-            f"{mean:+.3f} [{lo:+.3f}, {hi:+.3f}] | {min(g.values()):+.3f} | "
+            f"{mean:+.3f} {_interval(lo, hi, len(g))} | {min(g.values()):+.3f} | "
             f"{paired} | {runtime:.0f} |"
         )
     return lines
+
+
+def _interval(lo: float, hi: float, seeds: int) -> str:
+    """A seeds x problems interval as the tables print it; with one seed there is none (the bootstrap gives nan)."""
+    return f"[{lo:+.3f}, {hi:+.3f}]" if seeds > 1 else "[no CI: 1 seed]"
 
 
 def plot(

@@ -223,15 +223,25 @@ ARMS: dict[str, list[str]] = {
     # (nearly every step needs both: 30.3 of 32 extra generations on average in make train's run): the same picks by
     # the same rule from another random stream. Retired with its option (RETIRED); its runs stay in results/
     "p_cdf_upfront2": _changed(CDF, "algo.dynamic_sampling.upfront_rounds=2"),
+    # full fine-tuning on today's recipe (same rollouts, dynamic sampling and steps), its lr searched here on problems
+    # 0-199 (issue 62: the full-FT figure of experiments/grpo_smollm2 had lr 1e-5 unsearched, 60 steps, 480 rollouts)
+    **{
+        f"p_cdf_full_lr{lr}": _changed(CDF, "model.lora.enabled=false", f"trainer.lr={lr}")
+        for lr in ("3e-6", "1e-5", "3e-5", "1e-4")
+    },
 }
 # issue 62's final test: problems 200-499 of data=add's test split, which no choice above saw (arms were scored on
 # 0-199), on fresh seeds (100-102), once, for today's preset and its main rivals: the attention-only LoRA at its own
-# tuned lr (the preset before all-linear, whose gain did not replicate), and the same preset without dynamic sampling
-# at matched rollouts (its 75 steps drew 3,379 completions on average over seeds 0-4: 211 steps of 16)
+# tuned lr (the preset before all-linear, whose gain did not replicate), the same preset without dynamic sampling
+# at matched rollouts (its 75 steps drew 3,379 completions on average over seeds 0-4: 211 steps of 16), and full
+# fine-tuning at its searched lr
 TEST = ["algo.heldout_start=200", "algo.heldout=300"]
 TEST_ARMS = {
     "test_preset": [*CDF, *TEST],
     "test_attention_lr3e-4": [*_changed(CDF, "model.lora.targets=attention", "trainer.lr=3e-4"), *TEST],
+    # full fine-tuning at the lr searched on problems 0-199 (p_cdf_full_lr*: 3e-6, 1e-5, 3e-5, 1e-4, seeds 0-1;
+    # 1e-5 best), on today's recipe: the same rollouts, dynamic sampling and 75 steps as test_preset
+    "test_full_lr1e-5": [*_changed(CDF, "model.lora.enabled=false", "trainer.lr=1e-5"), *TEST],
     "test_no_dynamic_sampling_steps211": [
         *_changed(CDF, "algo.dynamic_sampling.enabled=false", "trainer.max_steps=211"),
         *TEST,
