@@ -57,6 +57,8 @@ LABELS = {
     "no_context": "no context",
     "in_context": "in context (full document)",
     "in_context_truncated": "in context (truncated to the window)",
+    "in_context_instructed": "in context, instructed (full document)",
+    "retrieval_bm25": "BM25 sentences in the window",
     "d2l": "D2L (own document)",
     "d2l_other_doc": "D2L (other document's LoRA)",
     "d2l_other_entity": "D2L (own LoRA, other entity's question)",
@@ -68,7 +70,10 @@ METRICS = {"accuracy": "correct", "exact_match": "em", "f1": "f1", "own_fact": "
 COST_KEYS = {"cd": ("cd_ms_per_doc", "cd_docs"), "format_lora": ("format_lora_train_s",)}  # eval.json's, per condition
 FACTS = "facts"  # the set evaluated at the end of training: the facts alone
 NUMERIC_KINDS = ("org_year", "org_staff", "papers")  # facts whose answer is a number; the rest are names, places, dates
-LENGTH_CONDITIONS = ("no_context", "in_context", "in_context_truncated", "d2l", "d2l_other_doc", "cd")
+LENGTH_CONDITIONS = (
+    "no_context", "in_context", "in_context_instructed", "in_context_truncated", "retrieval_bm25", "d2l",
+    "d2l_other_doc", "cd",
+)  # fmt: skip
 
 
 def load_runs(res: Path) -> dict[str, dict[int, dict[str, Any]]]:
@@ -110,6 +115,8 @@ def rows_option(
     where, _, conds = target.rpartition(":")
     if where and where not in sets:
         raise SystemExit(f"--rows {spec}: no set {where} (have {', '.join(sets)})")
+    if baselines is not None and ref not in baselines:
+        raise SystemExit(f"--rows {spec}: no one-run source {ref} in the CSVs; report.py --collect {ref}=DIR adds it")
     other = Path(ref) if baselines is None else baselines[ref]
     add_rows({k: v for k, v in sets.items() if k == where or not where}, conds.split(","), other)
 
@@ -228,14 +235,17 @@ def _paired_rows(runs: dict[int, dict[str, Any]], others: tuple[str, ...], prefi
 
 
 def paired_table(runs: dict[int, dict[str, Any]]) -> list[str]:
-    others = ("no_context", "d2l_other_doc", "format_lora", "in_context_truncated", "in_context", "cd")
+    others = (
+        "no_context", "d2l_other_doc", "format_lora", "in_context_truncated", "in_context", "in_context_instructed",
+        "retrieval_bm25", "cd",
+    )  # fmt: skip
     return [PAIRED_HEADER, "|---|---|---|---|", *_paired_rows(runs, others)]
 
 
 def long_paired_table(sets: dict[str, dict[int, dict[str, Any]]]) -> list[str]:
     """D2L minus the baselines that read a long document (truncated, distilled with a truncated teacher, or whole),
     paired by question at each length beyond the facts alone: issue 27's "above truncated in context"."""
-    others = ("in_context_truncated", "cd", "in_context")
+    others = ("in_context_truncated", "retrieval_bm25", "cd", "in_context", "in_context_instructed")
     rows = [row for name, runs in sets.items() if name != FACTS for row in _paired_rows(runs, others, f"{name} | ")]
     return [f"| length {PAIRED_HEADER}", "|---|---|---|---|---|", *rows] if rows else []
 
@@ -498,6 +508,8 @@ BASELINES = (  # under BASE: the CPU runs that read no hypernet, paired with the
     "facts_format_lora", "x2_48docs", "x2_cd_48docs", "x4_48docs", "x4_full_48docs", "x4_cd_48docs", "x8_48docs",
     "x8_full_48docs", "x2_96docs", "x4_96docs",
 )  # fmt: skip
+BASE_62 = "cpu_2026-12-03_baselines"  # issue 62's instructed and retrieval baselines (its run.sh), source <name>_b62
+BASELINES_62 = ("fact1", "facts3", "x2_96docs", "x4_96docs", "x8_48docs")  # run.sh's x[48]_48docs_instructed: not run
 # what the report reads: name -> its raw folder under results/ (not in git since 2026-12-01)
 SOURCES: dict[str, str] = {
     "fact1": "gpu_seeds_2026-11-27_h200/fact1",
@@ -508,6 +520,7 @@ SOURCES: dict[str, str] = {
     "cd_one_fact_48docs": "probes/cd_one_fact_48docs",
     "cd_three_facts_48docs": "probes/cd_three_facts_48docs",
     **{name: f"{BASE}/{name}" for name in BASELINES},
+    **{f"{name}_b62": f"{BASE_62}/{name}" for name in BASELINES_62},
 }
 RUN_COLUMNS = (
     "source", "path", "run", "seed", "set", "questions", "conditions", "context_window", "internalize_ms_per_doc",
@@ -763,12 +776,18 @@ class Section(NamedTuple):
 
 
 ONE_FACT_BASE = "facts:no_context,in_context,cd=cd_one_fact_48docs"
-FULL_48 = ("x4:in_context=x4_full_48docs", "x8:in_context=x8_full_48docs")
-ROWS_96 = ("x2:no_context,in_context,in_context_truncated=x2_96docs", "x4:no_context,in_context_truncated=x4_96docs")
+FULL_48 = (
+    "x4:in_context=x4_full_48docs", "x8:in_context=x8_full_48docs",
+    "x8:retrieval_bm25=x8_48docs_b62",
+)  # fmt: skip
+ROWS_96 = (
+    "x2:no_context,in_context,in_context_truncated=x2_96docs", "x4:no_context,in_context_truncated=x4_96docs",
+    "x2:in_context_instructed,retrieval_bm25=x2_96docs_b62", "x4:retrieval_bm25=x4_96docs_b62",
+)  # fmt: skip
 SECTIONS = (
     Section(
         "fact1", "One-fact documents that fit: the H200's fact1 hypernets, seeds 0-2", "fact1",
-        ("cd=cd_one_fact_48docs", "format_lora=facts_format_lora"),
+        ("cd=cd_one_fact_48docs", "format_lora=facts_format_lora", "in_context_instructed,retrieval_bm25=fact1_b62"),
         note="D2L trained and evaluated on one H200 in bf16 (2026-11-26 and 2026-11-27: `gpu_scale.py` arm fact1, "
         "seed 0 stopped at step 1,750 of a 2,400-step cosine, seeds 1 and 2 at 1,454 and 1,549); context "
         "distillation and the format-only LoRA once on the CPU in fp32",
@@ -776,7 +795,7 @@ SECTIONS = (
     Section(
         "facts3", "Three-fact documents: the fact1_chunks hypernets after 3,800 CPU steps on 3-fact documents",
         "facts3",
-        ("in_context,cd=cd_three_facts_48docs",),
+        ("in_context,cd=cd_three_facts_48docs", "in_context_instructed,retrieval_bm25=facts3_b62"),
         note="Each seed's H200 fact1_chunks hypernet, then 500 + 300 + 1,000 CPU steps on 3-fact documents read one "
         "sentence per chunk and 2 x 1,000 on documents none of them had read (2026-11-28 and 2026-11-29: "
         "`cpu_2026-11-28_facts3_from_fact1_chunks/run.sh`, stages 1, 2, 3, 5, 6); in context and CD once on the CPU",
@@ -891,14 +910,26 @@ def must_show_table(built: dict[str, dict[str, dict[int, dict[str, Any]]]]) -> l
             f"({_mean_tokens(runs):.0f} tokens), {docs} | D2L minus truncated, paired: **{cell(diff, True)}** (D2L "
             f"{d2l['mean']:.3f}, truncated {cut['mean']:.3f}) | {'met' if diff['ci'][0] > 0 else 'not met'} |"
         )
-    for key, length, docs in (("chunks96", "x2", "96"), ("chunks48", "x4", "48"), ("chunks32", "x8", "48")):
-        runs = built[key][length]  # the whole document fits SmolLM2's 8,192 positions at every length
-        diff, d2l, full = _against(runs, "in_context")
-        lines.append(
-            f"| against the whole document in context (issue 62) | {length} ({_mean_tokens(runs):.0f} tokens), {docs} "
-            f"| D2L minus in context, paired: **{cell(diff, True)}** (D2L {d2l['mean']:.3f}, in context "
-            f"{full['mean']:.3f}) | {'above' if diff['ci'][0] > 0 else 'below' if diff['ci'][1] < 0 else 'level'} |"
-        )
+    whole = (("chunks96", "x2", "96"), ("chunks48", "x4", "48"), ("chunks32", "x8", "48"))
+    rivals = (  # issue 62's baselines: (condition, the must-show's words, (section, set, documents) ...)
+        ("in_context", "the whole document in context", whole),
+        ("in_context_instructed", "an instructed prompt with the whole document",
+         (("fact1", FACTS, "one fact, 48"), ("facts3", FACTS, "three facts, 48"), *whole)),
+        ("retrieval_bm25", "BM25 retrieval of sentences into the window",
+         (("chunks96", "x2", "96"), ("chunks96", "x4", "96"), ("chunks32", "x8", "48"))),
+    )  # fmt: skip
+    for baseline, words, where in rivals:
+        for key, length, docs in where:
+            runs = built[key][length]  # the whole document fits SmolLM2's 8,192 positions at every length
+            if not any(baseline in run["eval"]["conditions"] for run in runs.values()):
+                continue  # not run yet (cpu_2026-12-03_baselines/run.sh)
+            diff, d2l, base = _against(runs, baseline)
+            size = docs if length == FACTS else f"{length} ({_mean_tokens(runs):.0f} tokens), {docs}"
+            lines.append(
+                f"| against {words} (issue 62) | {size} | D2L minus {LABELS[baseline]}, paired: "
+                f"**{cell(diff, True)}** (D2L {d2l['mean']:.3f}, baseline {base['mean']:.3f}) | "
+                f"{'above' if diff['ci'][0] > 0 else 'below' if diff['ci'][1] < 0 else 'level'} |"
+            )
     plots = ", ".join(f"`{name}` ({PLOT_TITLES[name]})" for name in PLOTS)
     lines.append(f"| accuracy vs document length, plotted | 48 | {plots} | done |")
     return lines
