@@ -3,14 +3,15 @@ the paired difference from the preset on the same seeds, and the accuracy after 
 subtraction.
 
     python experiments/grpo_objectives/report.py [--arms a,b,...] [--plot experiments/grpo_objectives/gains.png]
-    python experiments/grpo_objectives/report.py --collect     # after run.py: the run dirs -> the two CSV files
+    python experiments/grpo_objectives/report.py --collect     # after run.py: the run dirs -> the three CSV files
 
 Reads only results/runs.csv (one row per arm x seed: the run's held-out accuracy before and after training and its
-training runtime, from its summary.json; `commit`: the last commit that added or changed that summary.json, where
-the run's raw files are), results/heldout.csv (one row per run x held-out problem: `run` as in runs.csv, `item`
-the problem's index in heldout_*.jsonl, and whether the reply was right before and after training) and
-results/problems.csv (one row per held-out problem: `item` and its operation, + or -). Writes the table to stdout
-and results/report.md, and the plot. `--collect` first builds the CSV files from the run dirs run.py writes
+training runtime, from its summary.json; `commit`: the last commit that added or changed that summary.json, where the
+run's raw files are), results/heldout.csv (one row per run x held-out problem: `run` as in runs.csv, `item` the
+problem's index in heldout_*.jsonl, and whether the reply after training was right) and results/problems.csv (one row
+per held-out problem: `item`, its operation, + or -, and whether the base model's reply before training was right:
+every run starts from that model, and collect refuses a run whose replies before training differ). Writes the table
+to stdout and results/report.md, and the plot. `--collect` first builds the CSV files from the run dirs run.py writes
 (results/<arm>/seed<S>/summary.json and heldout_{before,after}.jsonl; git ignores them). CI: the seeds x problems
 bootstrap of the per-problem gains (`posttrain.analysis.stats.seeds_items_ci`; for the paired column, of the
 per-seed, per-problem differences from the base arm), which carries the variance between runs and between the 200
@@ -40,8 +41,8 @@ RESULTS = HERE / "results"
 RUNS_CSV, HELDOUT_CSV, PROBLEMS_CSV, REPORT_MD = "runs.csv", "heldout.csv", "problems.csv", "report.md"
 SUMMARY_FIELDS = ("heldout_acc_before", "heldout_acc_after", "runtime_s")  # the summary.json values the report uses
 RUN_COLUMNS = ("run", "arm", "seed", *SUMMARY_FIELDS, "commit")
-HELDOUT_COLUMNS = ("run", "item", "correct_before", "correct_after")
-PROBLEM_COLUMNS = ("item", "operation")
+HELDOUT_COLUMNS = ("run", "item", "correct_after")
+PROBLEM_COLUMNS = ("item", "operation", "correct_before")
 COMMAND = "python experiments/grpo_objectives/report.py"
 FULL_FT_GAIN = 0.28  # full fine-tuning's mean gain over seeds 0-2 (experiments/grpo_smollm2), the issue's bar
 
@@ -117,9 +118,11 @@ def collect(results: Path = RESULTS) -> tuple[Path, Path, Path]:
     }
     kept = _kept_rows(results, set(folders))
     known: dict[int, str] = {}
+    base: dict[int, str] = {}  # item -> the base model's reply before training, right or not ("" where none wrote it)
     if kept:
         with (results / PROBLEMS_CSV).open(newline="") as f:
-            known = {int(row["item"]): row["operation"] for row in csv.DictReader(f)}
+            for row in csv.DictReader(f):
+                known[int(row["item"])], base[int(row["item"])] = row["operation"], row["correct_before"]
     runs, items, problems = [], [], {}
     for run, key in enumerate(sorted({*folders, *kept}, key=lambda k: (k[0], f"seed{k[1]}"))):
         if key in kept:
@@ -144,8 +147,12 @@ def collect(results: Path = RESULTS) -> tuple[Path, Path, Path]:
                 raise ValueError(f"{folder}: held-out problem {item} is not the other runs' ({question!r})")
             if item in known and known[item] != operation(question):
                 raise ValueError(f"{folder}: held-out problem {item} is not the collected runs' ({question!r})")
-            correct = [answers[item][1] if answers else None for answers in (before, after)]
-            items.append([run, item, *map(_number, correct)])
+            first, last = (_number(answers[item][1] if answers else None) for answers in (before, after))
+            if first and base.get(item, "") not in ("", first):
+                raise ValueError(f"{folder}: held-out problem {item}'s reply before training is not the other runs'")
+            if first:
+                base[item] = first
+            items.append([run, item, last])
     operations = known | {item: operation(question) for item, question in problems.items()}
     paths = results / RUNS_CSV, results / HELDOUT_CSV, results / PROBLEMS_CSV
     with paths[0].open("w", newline="") as f:
@@ -159,7 +166,7 @@ def collect(results: Path = RESULTS) -> tuple[Path, Path, Path]:
     with paths[2].open("w", newline="") as f:
         writer = csv.writer(f, lineterminator="\n")
         writer.writerow(PROBLEM_COLUMNS)
-        writer.writerows([item, op] for item, op in sorted(operations.items()))
+        writer.writerows([item, op, base.get(item, "")] for item, op in sorted(operations.items()))
     return paths
 
 
@@ -175,16 +182,16 @@ def load(results: Path = RESULTS) -> tuple[dict[str, dict[int, dict]], dict[tupl
             runs.setdefault(arm, {})[seed] = {field: float(row[field]) for field in SUMMARY_FIELDS}
             key[row["run"]] = arm, seed
     with (results / PROBLEMS_CSV).open(newline="") as f:
-        operations = {row["item"]: row["operation"] for row in csv.DictReader(f)}
+        problems = {row["item"]: (row["operation"], row["correct_before"]) for row in csv.DictReader(f)}
     after: dict[tuple[str, int], list[tuple[str, float]]] = {}
     with (results / HELDOUT_CSV).open(newline="") as f:
         for row in csv.DictReader(f):
             arm, seed = key[row["run"]]
+            op, before = problems[row["item"]]
             if row["correct_after"] != "":
-                after.setdefault((arm, seed), []).append((operations[row["item"]], float(row["correct_after"])))
-            if row["correct_after"] != "" and row["correct_before"] != "":
-                gain = float(row["correct_after"]) - float(row["correct_before"])
-                runs[arm][seed].setdefault("gains", []).append(gain)
+                after.setdefault((arm, seed), []).append((op, float(row["correct_after"])))
+            if row["correct_after"] != "" and before != "":
+                runs[arm][seed].setdefault("gains", []).append(float(row["correct_after"]) - float(before))
     return runs, after
 
 

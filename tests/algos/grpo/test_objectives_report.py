@@ -143,7 +143,8 @@ def test_report_table(tmp_path):
 
 def test_collect_builds_the_csv_files_the_report_reads(tmp_path, capsys):
     """2 arms x 2 seeds of run dirs -> runs.csv (one row per run, in the order of their paths), heldout.csv (one
-    row per run x problem) and problems.csv (one per problem); the report from them alone, the run dirs gone."""
+    row per run x problem: the reply after training) and problems.csv (one per problem, with the base model's reply
+    before training, the same in every run); the report from them alone, the run dirs gone."""
     report = _module("report")
     questions = [_question(12, "+", 30), _question(40, "-", 12), _question(50, "+", 1), _question(9, "-", 4)]
     before = (1.0, 0.0, 0.0, 0.0)
@@ -177,12 +178,14 @@ def test_collect_builds_the_csv_files_the_report_reads(tmp_path, capsys):
     }
     with heldout_csv.open() as f:
         items = list(csv.reader(f))
-    assert items[0] == ["run", "item", "correct_before", "correct_after"]
+    assert items[0] == ["run", "item", "correct_after"]
     assert len(items) == 1 + 4 * 4
-    assert items[1:5] == [["0", "0", "1", "1"], ["0", "1", "0", "1"], ["0", "2", "0", "1"], ["0", "3", "0", "0"]]
-    assert [row[3] for row in items[13:]] == ["1", "1", "0", "0"]  # preset seed 1
+    assert items[1:5] == [["0", "0", "1"], ["0", "1", "1"], ["0", "2", "1"], ["0", "3", "0"]]
+    assert [row[2] for row in items[13:]] == ["1", "1", "0", "0"]  # preset seed 1
     with problems_csv.open() as f:
-        assert list(csv.reader(f)) == [["item", "operation"], ["0", "+"], ["1", "-"], ["2", "+"], ["3", "-"]]
+        assert list(csv.reader(f)) == [
+            ["item", "operation", "correct_before"], ["0", "+", "1"], ["1", "-", "0"], ["2", "+", "0"], ["3", "-", "0"],
+        ]  # fmt: skip
     data = tmp_path / "data"  # the two CSV files alone
     data.mkdir()
     for path in (runs_csv, heldout_csv, problems_csv):
@@ -223,6 +226,41 @@ def test_the_committed_report_is_the_committed_tables(tmp_path, folder):
     assert (tmp_path / "gains.png").stat().st_size > 0
 
 
+def test_collect_keeps_the_rows_of_runs_whose_dir_is_gone(tmp_path):
+    """A fresh clone has the CSVs but no run dirs: collecting a new run adds it and keeps every collected row."""
+    import shutil
+
+    report = _module("report")
+    questions = [_question(12, "+", 30), _question(40, "-", 12)]
+    raw = tmp_path / "raw"
+    for arm, correct in (("preset", (1.0, 0.0)), ("zeta", (0.0, 1.0))):
+        summary = {"heldout_acc_before": 0.0, "heldout_acc_after": sum(correct) / 2, "runtime_s": 300.0}
+        _write_run(raw / arm / "seed0", summary, list(zip(questions, (0.0, 0.0))), list(zip(questions, correct)))
+    report.collect(raw)
+    first = {p.name: p.read_text() for p in raw.glob("*.csv")}
+    shutil.rmtree(raw / "preset")
+    shutil.rmtree(raw / "zeta")
+    summary = {"heldout_acc_before": 0.0, "heldout_acc_after": 1.0, "runtime_s": 200.0}
+    _write_run(raw / "new" / "seed3", summary, list(zip(questions, (0.0, 0.0))), list(zip(questions, (1.0, 1.0))))
+    runs_csv, heldout_csv, problems_csv = report.collect(raw)
+    with runs_csv.open() as f:
+        runs = list(csv.DictReader(f))
+    assert [(r["run"], r["arm"], r["seed"], r["heldout_acc_after"]) for r in runs] == [
+        ("0", "new", "3", "1.0"),
+        ("1", "preset", "0", "0.5"),
+        ("2", "zeta", "0", "0.5"),
+    ]
+    with heldout_csv.open() as f:
+        rows = [["0", "0", "1"], ["0", "1", "1"], ["1", "0", "1"], ["1", "1", "0"], ["2", "0", "0"], ["2", "1", "1"]]
+        assert list(csv.reader(f))[1:] == rows
+    assert problems_csv.read_text() == first["problems.csv"]
+    # nothing new: collecting again from the CSVs alone leaves them as they are
+    shutil.rmtree(raw / "new")
+    before = {p.name: p.read_text() for p in raw.glob("*.csv")}
+    report.collect(raw)
+    assert {p.name: p.read_text() for p in raw.glob("*.csv")} == before
+
+
 def test_collect_refuses_runs_that_ask_different_problems(tmp_path):
     """problems.csv holds one operation per item: a run whose item 1 is another problem is refused, naming it."""
     report = _module("report")
@@ -233,4 +271,19 @@ def test_collect_refuses_runs_that_ask_different_problems(tmp_path):
         summary = {"heldout_acc_before": 1.0, "heldout_acc_after": 1.0, "runtime_s": 1.0}
         _write_run(raw / "preset" / f"seed{seed}", summary, answers, answers)
     with pytest.raises(ValueError, match="seed1: held-out problem 1 is not the other runs'"):
+        report.collect(raw)
+
+
+def test_collect_refuses_a_run_that_answered_otherwise_before_training(tmp_path):
+    """Every run starts from the base model, so problems.csv keeps its reply before training once; a run whose reply
+    before training differs (another model or evaluation) is refused, naming it, also against collected rows."""
+    report = _module("report")
+    raw = tmp_path / "raw"
+    questions = [_question(1, "+", 2), _question(3, "-", 1)]
+    summary = {"heldout_acc_before": 0.5, "heldout_acc_after": 1.0, "runtime_s": 1.0}
+    _write_run(raw / "preset" / "seed0", summary, list(zip(questions, (1.0, 0.0))), list(zip(questions, (1.0, 1.0))))
+    report.collect(raw)
+    (raw / "preset" / "seed0" / "summary.json").unlink()  # its rows are kept from the CSVs now
+    _write_run(raw / "other" / "seed0", summary, list(zip(questions, (0.0, 1.0))), list(zip(questions, (1.0, 1.0))))
+    with pytest.raises(ValueError, match="other/seed0: held-out problem 0's reply before training is not the other"):
         report.collect(raw)
