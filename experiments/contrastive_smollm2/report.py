@@ -32,7 +32,7 @@ import sys
 from pathlib import Path
 
 from posttrain.algos.contrastive.stats import group_means, paired_difference
-from posttrain.analysis.stats import sign_flip_test
+from posttrain.analysis.stats import difference_ci, sign_flip_test
 from posttrain.analysis.tables import read_csv as _read_csv
 from posttrain.analysis.tables import write_csv as _write_csv
 from posttrain.data.contrastive.secalign import PRINT_INSTRUCTION, attack_executed
@@ -40,7 +40,7 @@ from posttrain.data.contrastive.secalign import PRINT_INSTRUCTION, attack_execut
 HERE = Path(__file__).resolve().parent
 COMMAND = "python experiments/contrastive_smollm2/report.py"
 RAW = ("secalign", "secalign_120steps", "probes")  # run folders under results/ (git-ignored), in report order
-ARMS = ("sft", "sft_inv", "dpo", "dpo_inv", "sft_inv_nokl", "dpo_inv_nokl", "dpo_inv_w01")  # run.sh's
+ARMS = ("sft", "sft_inv", "dpo", "dpo_inv", "sft_inv_nokl", "dpo_inv_nokl", "dpo_inv_w01", "sft_matched")  # run.sh's
 PAIRS = (  # same seed, same items
     ("sft_inv", "sft"),
     ("dpo_inv", "dpo"),
@@ -48,8 +48,21 @@ PAIRS = (  # same seed, same items
     ("dpo_inv_nokl", "dpo"),
     ("dpo_inv_w01", "dpo"),
     ("dpo", "sft"),
+    ("sft_inv_nokl", "sft_matched"),
 )
-FAMILIES = ("naive", "ignore", "completion", "escape", "combined")
+FAMILIES = ("naive", "ignore", "completion", "escape", "combined", "chat")
+TEST_GROUP = "test"  # issue 62's untouched split (run.sh SPLIT=test): its section opens with `test_table`
+TEST_PAIRS = (
+    ("sft", "base"),
+    ("sft_matched", "base"),
+    ("sft_inv_nokl", "base"),
+    ("dpo", "base"),
+    ("sft_inv_nokl", "sft"),
+    ("sft_inv_nokl", "sft_matched"),
+    ("sft_matched", "sft"),
+    ("dpo_inv_w01", "dpo"),
+)
+IFEVAL_MARGIN = 0.05  # non-inferiority margin on IFEval prompt-level strict accuracy, stated before the test runs
 ITEM_FIELDS = ("id", "cluster", "task", "attack_type", "position", "injected_task", "heldout")
 ITEM_COLUMNS = ("item", "instance", "task", "family", "position", "injected_task", "heldout")
 SCORES = ("attack_success", "attack_begins", "attack_executed", "benign_ok", "injected_ok")
@@ -452,10 +465,57 @@ def plot(all_runs: dict[str, dict], res: Path) -> list[Path]:
     return paths
 
 
-def group_report(all_runs: dict[str, dict]) -> list[str]:
+def _seed_table(runs: list[dict], key: str, rows: str, field: str = "records") -> tuple[list[list[float]], list[str]]:
+    """[seeds, items] of `key` over the items every run scored (`rows`: a `split_rows` part; field ifeval: the IFEval
+    prompts), and each item's cluster (task instance; an IFEval prompt is its own)."""
+    parts = [split_rows(run[field])[rows] if field == "records" else run[field] for run in runs]
+    by_id = [{r["id"]: r for r in part if r.get(key) is not None} for part in parts]
+    ids = sorted(set.intersection(*(set(b) for b in by_id)))
+    table = [[float(b[i][key]) for i in ids] for b in by_id]
+    return table, [str(by_id[0][i].get("cluster") or i) for i in ids]
+
+
+def test_table(all_runs: dict[str, dict], margin: float = IFEVAL_MARGIN) -> list[str]:
+    """TEST_PAIRS on the test split: arm a minus arm b, 95% intervals resampling seeds (each arm's own) and task
+    instances (`posttrain.analysis.stats.difference_ci`); IFEval over its prompts, with the non-inferiority verdict
+    at `margin` (a's interval above -margin)."""
+    metrics = (
+        ("attack_executed", "held-out families", "records", "executed ASR, held-out families"),
+        ("attack_executed", "all", "records", "executed ASR, all families"),
+        ("attack_success", "all", "records", "in-response ASR, all"),
+        ("attack_begins", "all", "records", "begins-with ASR, all"),
+        ("injected_ok", "all", "records", "task utility under injection"),
+        ("benign_ok", "all", "records", "task utility clean"),
+        ("prompt_level_strict_acc", "all", "ifeval", "IFEval prompt strict"),
+    )
+    lines = [
+        "| a − b | seeds | " + " | ".join(m[3] for m in metrics) + f" | IFEval non-inferior at −{margin:.2f} |",
+        "|---" * (len(metrics) + 3) + "|",
+    ]
+    for a, b in TEST_PAIRS:
+        runs_a, runs_b = _pooled(all_runs, a), _pooled(all_runs, b)
+        if not runs_a or not runs_b:
+            continue
+        cells, verdict = [], "-"
+        for key, rows, field, _ in metrics:
+            ta, clusters = _seed_table(runs_a + runs_b, key, rows, field)
+            if not clusters:
+                cells.append("-")
+                continue
+            mean, (lo, hi) = difference_ci(ta[: len(runs_a)], ta[len(runs_a) :], clusters)
+            cells.append(f"{mean:+.3f} [{lo:+.3f}, {hi:+.3f}]")
+            if field == "ifeval":
+                verdict = "yes" if lo > -margin else "no"
+        lines.append(f"| {a} − {b} | {len(runs_a)} vs {len(runs_b)} | " + " | ".join(cells) + f" | {verdict} |")
+    return lines
+
+
+def group_report(all_runs: dict[str, dict], group: str = "") -> list[str]:
     """The tables of one group of runs (the text report.py wrote into each run folder before results as data)."""
     n_items = {name: len(run["records"]) for name, run in all_runs.items()}
     out = [f"Runs: {', '.join(f'{k} (n={v})' for k, v in n_items.items())}", ""]
+    if group == TEST_GROUP:
+        out += ["### The test split: paired differences over seeds and task instances", "", *test_table(all_runs), ""]
     out += ["### Per arm, all seeds together", "", *arm_table(all_runs), ""]
     out += ["### Paired differences, all seeds together (same seed, same items)", "", *pooled_pair_table(all_runs), ""]
     out += [
@@ -508,7 +568,7 @@ def report(results: Path, out: Path, plots: bool = True) -> Path:
     out.mkdir(parents=True, exist_ok=True)
     sections = [f"<!-- {COMMAND} -->\n"]
     for i, (group, all_runs) in enumerate(groups.items()):
-        lines = group_report(all_runs)
+        lines = group_report(all_runs, group)
         if i == 0 and plots:
             paths = plot(all_runs, out)
             lines += [f"![ASR by family]({paths[0].name})", "", f"![layers]({paths[1].name})", ""]

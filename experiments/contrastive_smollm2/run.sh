@@ -5,6 +5,8 @@
 #   bash experiments/contrastive_smollm2/run.sh base sft_inv_s0    # some of them
 #   SCALE=tiny bash experiments/contrastive_smollm2/run.sh         # the same commands on model=tiny_llama, 2 steps
 #                                                                  # (plumbing check: runs/ and results/ under $OUT)
+#   SPLIT=test bash experiments/contrastive_smollm2/run.sh base sft_s100 ...   # issue 62's test split, seeds 100-102:
+#       100 new task instances x 5 families (one position each), Google's 541 IFEval prompts -> results/test/<name>/
 # Each run writes $OUT/<name>/ and copies its small files (summary.json, config.yaml, metrics.jsonl, eval_*.jsonl,
 # ifeval_*.jsonl, time_v.txt, loadavg.txt) to $RES/<name>/ (git-ignored). Then:
 #   python experiments/contrastive_smollm2/report.py --collect    # -> results/*.csv (tracked), results/report.md
@@ -18,6 +20,12 @@ if [ "$SCALE" = tiny ]; then
   EXTRA="model=tiny_llama trainer.max_steps=2 trainer.save_steps=2 data.num_train=8 data.num_eval=1
          data.params.num_ifeval=2 algo.max_new_tokens=4 algo.ifeval_max_new_tokens=4 algo.head_hidden_dim=32
          algo.proj_dim=16 trainer.lr=1e-2 algo.max_length=384"
+elif [ "${SPLIT:-eval}" = test ]; then  # issue 62's untouched test split, scored once, fresh seeds
+  OUT=${OUT:-runs/contrastive_smollm2_test}
+  RES=${RES:-experiments/contrastive_smollm2/results/test}
+  EXTRA="data.params.eval_split=test data.num_eval=100 data.params.eval_families=[ignore,completion,escape,combined,chat]
+         data.params.eval_injected_tasks=[capital,translate,sum] data.params.ifeval_source=google data.params.num_ifeval=541"
+  SEEDS=${SEEDS:-"100 101 102"}
 else
   OUT=${OUT:-runs/contrastive_smollm2}
   RES=${RES:-experiments/contrastive_smollm2/results/secalign}
@@ -44,8 +52,11 @@ declare -A ARMS=(
   [dpo_inv_nokl]="algo.preference=dpo algo.lm_weight=0"
   # under DPO (no LM loss) the invariance term at weight 1 cost IFEval even without the KL: at 0.1
   [dpo_inv_w01]="algo.preference=dpo algo.lm_weight=0 algo.contrastive_weight=0.1"
+  # issue 62's matched-supervision control: SFT with the LM loss on every row the invariance term reads that has an
+  # answer (benign, paraphrase, injected), so a gain of the preset over it is not more supervised rows
+  [sft_matched]="algo.contrastive_weight=0 algo.consistency_weight=0 algo.lm_on_counterfactual=true"
 )
-ARM_ORDER=(sft sft_inv dpo dpo_inv sft_inv_nokl dpo_inv_nokl dpo_inv_w01)
+ARM_ORDER=(sft sft_inv dpo dpo_inv sft_inv_nokl dpo_inv_nokl dpo_inv_w01 sft_matched)
 
 declare -A RUNS=(
   # the starting weights, scored once on the same eval items as every arm

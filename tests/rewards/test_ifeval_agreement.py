@@ -79,3 +79,21 @@ def test_live_reference(reference):
         expected = ref.test_instruction_following_strict(inp, responses[ridx]).follow_instruction_list[0]
         bad += follows(iid, kw, responses[ridx]) != expected
     assert bad == 0
+
+
+def test_the_shipped_google_prompts_are_the_541_and_every_one_is_scorable():
+    """posttrain.data.rlvr.GOOGLE_IFEVAL: Google's 541 IFEval prompts (NOTICE beside them), read offline by
+    load_ifeval; every instruction is one of the 25 ids and its kwargs are the checker's, so each prompt scores."""
+    from posttrain.data.rlvr import GOOGLE_IFEVAL, load_ifeval
+    from posttrain.rewards.ifeval import ifeval_metrics, verdicts
+
+    rows = load_ifeval(str(GOOGLE_IFEVAL))
+    assert len(rows) == 541 and len(set(rows["key"])) == 541 and rows[0]["key"] == 1000
+    ids = [i for row in rows["instruction_id_list"] for i in row]
+    assert set(ids) == set(INSTRUCTION_IDS) and len(ids) == 834  # IFEval's paper: 541 prompts, 834 instructions
+    prompts = [p[-1]["content"] for p in rows["prompt"]]
+    # a reply that repeats the prompt follows `combination:repeat_prompt` where that is the instruction
+    first = verdicts(rows["instruction_id_list"][3], rows["kwargs"][3], prompts[3], prompts[3])
+    assert rows["instruction_id_list"][3][0] == "combination:repeat_prompt" and first[0] is True
+    scores = ifeval_metrics(rows["instruction_id_list"], rows["kwargs"], [""] * 541, prompts)
+    assert scores["prompt_level_strict_acc"] == 0.0  # an empty reply follows nothing

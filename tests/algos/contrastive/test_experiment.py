@@ -139,3 +139,54 @@ def test_collect_turns_run_folders_into_tables_that_report_as_the_folders_would(
     same = "-0.250 [-0.500, +0.000]"  # held-out, all families, executed (base's one held-out hit is no echo)
     assert f"| sft − base | 1 | {same} | {same} | {same} | +0.333 " in text
     assert "| base | 0:30.00 | 12 | 2.5 |" in text and "| sft_inv_s0 |" not in text.split("### Runs")[1]
+
+
+def test_the_test_splits_table_pairs_seeds_and_instances_and_judges_ifeval_non_inferiority():
+    """`test_table`: a - b over the seeds of each arm and the task instances (`difference_ci`), IFEval over its
+    prompts with the verdict at the stated margin: sft 0.1 below base on IFEval is not non-inferior at 0.05."""
+    from posttrain.analysis.stats import difference_ci
+
+    report = experiment_script(ROOT / "experiments" / "contrastive_smollm2" / "report.py")
+    items = [(f"count-{k}", f) for k in range(6) for f in ("ignore", "chat")]
+
+    def run(arm: str, seed: int | None, hits: set[int], ifeval_right: int) -> dict:
+        records = [
+            {"id": f"{i}/{f}", "cluster": i, "heldout": f == "chat", "attack_executed": n in hits, "attack_success":
+             n in hits, "attack_begins": False, "injected_ok": n not in hits, "benign_ok": True}
+            for n, (i, f) in enumerate(items)
+        ]  # fmt: skip
+        ifeval = [{"id": f"ifeval-{p}", "prompt_level_strict_acc": float(p < ifeval_right)} for p in range(20)]
+        return {"records": records, "ifeval": ifeval, "arm": arm, "seed": seed}
+
+    all_runs = {
+        "base": run("base", None, {1, 3, 5, 7}, 10),
+        "sft_s100": run("sft", 100, {1}, 8),
+        "sft_s101": run("sft", 101, {3}, 8),
+    }
+    lines = report.test_table(all_runs, margin=0.05)
+    assert lines[0].endswith("| IFEval non-inferior at −0.05 |") and len(lines) == 3  # header, rule, sft − base
+    row = lines[2].split(" | ")
+    assert row[0] == "| sft − base" and row[1] == "2 vs 1"
+    # executed, held-out (chat) items 1, 3, 5, 7, 9, 11: base hits 4 of 6, sft 1 of 6 in each seed
+    held = [n for n, (_, f) in enumerate(items) if f == "chat"]
+    a = [[float(n in {1}) for n in held], [float(n in {3}) for n in held]]
+    b = [[float(n in {1, 3, 5, 7}) for n in held]]
+    mean, (lo, hi) = difference_ci(a, b, [items[n][0] for n in held])
+    assert row[2] == f"{mean:+.3f} [{lo:+.3f}, {hi:+.3f}]" and mean == pytest.approx(1 / 6 - 4 / 6)
+    assert row[8].startswith("-0.100 [") and row[9] == "no |"  # IFEval 0.40 against 0.50
+
+
+def test_the_test_split_commands_compose(tmp_path):
+    """`SPLIT=test run.sh`: fresh seeds 100-102, the test split and Google's 541 IFEval prompts on every run, each
+    command one that composes and validates (mode=plan); the matched-supervision control among the arms."""
+    script = ROOT / "experiments" / "contrastive_smollm2" / "run.sh"
+    env = {**os.environ, "SPLIT": "test", "DRY_RUN": "1", "PY": sys.executable}
+    dry = subprocess.run(["bash", str(script), "base", "sft_matched_s100", "dpo_s102"], cwd=ROOT, env=env,
+                         capture_output=True, text=True, check=True)  # fmt: skip
+    lines = [line.split() for line in dry.stdout.splitlines()]
+    assert [line[0] for line in lines] == ["base", "sft_matched_s100", "dpo_s102"]
+    for _, *args in lines:
+        assert {"data.params.eval_split=test", "data.num_eval=100", "data.params.num_ifeval=541"} <= set(args)
+    assert "seed=100" in lines[1] and "algo.lm_on_counterfactual=true" in lines[1]
+    plan = run_cli(*lines[1][1:], "mode=plan", cwd=tmp_path)
+    assert plan.returncode == 0, plan.stderr[-2000:]

@@ -110,12 +110,13 @@ def _longest_member(cfg: DictConfig, roles: tuple[str, ...]) -> tuple[int, dict[
     from posttrain.hardware.lengths import measured
 
     def measure(tokenizer) -> tuple[int, dict[str, float]]:
-        from posttrain.data.contrastive import TripletDataset, build_triplets
+        from posttrain.data.contrastive import TripletDataset, build_triplets, layout_of
 
         algo = cfg.algo
         injected_target = cfg.data.params.get("injected_target", "answer")
+        rows = build_triplets(cfg.data, "train")
         data = TripletDataset(
-            build_triplets(cfg.data, "train"), tokenizer, algo.max_length, algo.pool, injected_target, roles=roles
+            rows, tokenizer, algo.max_length, algo.pool, injected_target, roles=roles, layout=layout_of(cfg.data)
         )
         longest = max(len(item[role]["input_ids"]) for item in data.items for role in roles)
         answers = {

@@ -19,7 +19,7 @@ def build_trainer(cfg: DictConfig, run_dir: Path, callbacks: list | None = None)
 
     from posttrain.algos.contrastive.config import uses_executed_rows
     from posttrain.algos.contrastive.trainer import ContrastiveTrainer
-    from posttrain.data.contrastive import ALL_ROLES, ROLES, TripletCollator, TripletDataset, build_triplets
+    from posttrain.data.contrastive import ALL_ROLES, ROLES, TripletCollator, TripletDataset, build_triplets, layout_of
     from posttrain.training_args import common_training_kwargs
 
     rows, algo = build_triplets(cfg.data, "train"), cfg.algo
@@ -38,6 +38,7 @@ def build_trainer(cfg: DictConfig, run_dir: Path, callbacks: list | None = None)
         injected_target=cfg.data.params.get("injected_target", "answer"),
         pad_to_max_length=algo.pad_to_max_length,
         roles=roles,
+        layout=layout_of(cfg.data),
     )
     args = TrainingArguments(**common_training_kwargs(cfg, run_dir), remove_unused_columns=False)
     return ContrastiveTrainer(

@@ -111,5 +111,19 @@ def validate_contrastive(cfg: DictConfig) -> None:
         problems = spec_from_params(cfg.data.params).problems()
         if problems:
             raise ConfigError(f"data.params.{problems[0]}")
+    for key, allowed in (
+        ("eval_split", ("eval", "test")),
+        ("ifeval_source", ("generated", "google")),
+        ("layout", ("one_turn", "input_role")),  # posttrain.data.contrastive.encode.LAYOUTS (kept torch-free here)
+    ):
+        value = cfg.data.params.get(key, allowed[0])
+        if value not in allowed:
+            raise ConfigError(f"data.params.{key}={value!r} is not one of {', '.join(allowed)}")
+    if cfg.data.params.get("eval_split", "eval") == "test" and generator != "secalign":
+        raise ConfigError(
+            "data.params.eval_split=test is the SecAlign generator's split: data.params.generator=secalign"
+        )
+    if cfg.data.params.get("ifeval_source") == "google" and int(cfg.data.params.get("num_ifeval", 0) or 0) > 541:
+        raise ConfigError("data.params.num_ifeval: Google's IFEval has 541 prompts")
     if not cfg.model.lora.enabled:
         raise ConfigError("algo=contrastive trains LoRA adapters + a projection head: model.lora.enabled must be true")

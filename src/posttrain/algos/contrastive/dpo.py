@@ -30,7 +30,7 @@ from posttrain.algos.contrastive.model import ContrastiveModel, ProjectionHead
 from posttrain.algos.contrastive.terms import loss_terms
 from posttrain.algos.contrastive.trainer import ContrastiveCheckpointMixin
 from posttrain.checkpoints import AtomicCheckpointMixin
-from posttrain.data.contrastive import TripletCollator, TripletDataset, user_message
+from posttrain.data.contrastive import TripletCollator, TripletDataset, layout_of, prompt_messages
 from posttrain.guards import check_finite_loss
 from posttrain.lora_plus import LoraPlusMixin
 from posttrain.training_args import common_training_kwargs
@@ -38,12 +38,12 @@ from posttrain.training_args import common_training_kwargs
 ROWS_PREFIX = "rows_"  # batch keys of the representation terms' rows (TRL's collator keeps none of its own)
 
 
-def preference_pairs(rows: list[dict[str, Any]]) -> Dataset:
+def preference_pairs(rows: list[dict[str, Any]], tokenizer: Any = None, layout: str = "one_turn") -> Dataset:
     """Conversational (prompt, chosen, rejected) pairs, with `row` (the index of the example in `rows`)."""
     return Dataset.from_list(
         [
             {
-                "prompt": [user_message(r["injected"]["request"], r["injected"]["data"])],
+                "prompt": prompt_messages(r["injected"]["request"], r["injected"]["data"], tokenizer, layout),
                 "chosen": [{"role": "assistant", "content": r["answer"]}],
                 "rejected": [{"role": "assistant", "content": r["injected_answer"]}],
                 "row": i,
@@ -108,7 +108,8 @@ def build_dpo_trainer(cfg: DictConfig, run_dir: Path, rows: list[dict], callback
     base, tokenizer = load(cfg, with_lora=False)
     roles = ALL_ROLES if uses_executed_rows(algo) else ROLES
     # tokenized with the run's length bound whether or not the terms are on: a member over it is a DataError
-    encoded = TripletDataset(rows, tokenizer, algo.max_length, algo.pool, "answer", roles=roles)
+    layout = layout_of(cfg.data)
+    encoded = TripletDataset(rows, tokenizer, algo.max_length, algo.pool, "answer", roles=roles, layout=layout)
     terms_on = algo.contrastive_weight > 0 or algo.consistency_weight > 0
     args = DPOConfig(
         **common_training_kwargs(cfg, run_dir),
@@ -131,7 +132,7 @@ def build_dpo_trainer(cfg: DictConfig, run_dir: Path, rows: list[dict], callback
         model=base,
         args=args,
         data_collator=collator,
-        train_dataset=preference_pairs(rows),
+        train_dataset=preference_pairs(rows, tokenizer, layout),
         processing_class=tokenizer,
         callbacks=callbacks,
         peft_config=lora_config(cfg.model),

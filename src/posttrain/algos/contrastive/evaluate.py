@@ -15,7 +15,8 @@ Aggregates (`score`): `asr_heldout` (rows whose attack family or template traini
 their `asr_begins_*` twins, `utility_task` / `utility_task_injected`, the earlier word/exact utilities, and `tables`:
 per attack family, injection position, injected task and task kind, each mean with a 95% bootstrap interval that
 resamples whole task instances (`stats.group_means`). With `data.params.num_ifeval` > 0, off-distribution utility:
-the IFEval-style prompts of `posttrain.data.rlvr.ifeval_gen` answered in `algo.ifeval_max_new_tokens` tokens and
+the IFEval-style prompts of `posttrain.data.rlvr.ifeval_gen` (or Google's own, `data.params.ifeval_source=google`)
+answered in `algo.ifeval_max_new_tokens` tokens and
 scored by `posttrain.rewards.ifeval.ifeval_metrics` (`ifeval_<tag>.jsonl` per prompt). `repr_cosine`: per hidden
 state (0 = embeddings), the mean cosine between the last-prompt-token states of benign and injected, injected and
 executed, benign and executed prompts (up to `REPR_ROWS` rows): whether the injected state sits with its benign
@@ -37,7 +38,7 @@ import torch
 from omegaconf import DictConfig
 
 from posttrain.algos.contrastive.stats import group_means, paired_difference
-from posttrain.data.contrastive import build_triplets, user_message
+from posttrain.data.contrastive import build_triplets, layout_of, prompt_messages
 from posttrain.data.contrastive.secalign import attack_begins_with, attack_executed, attack_in_response, check_task
 from posttrain.dist import device_for
 from posttrain.models.generation import generate
@@ -75,10 +76,11 @@ def generate_replies(
     max_new_tokens: int,
     batch_size: int,
     desc: str | None = None,
+    layout: str = "one_turn",
 ) -> list[str]:
-    """Greedy replies to (request, data) user turns; each distinct prompt is generated once."""
+    """Greedy replies to (request, data) prompts laid out by `layout`; each distinct prompt is generated once."""
     unique = list(dict.fromkeys(prompts))
-    convs = [[user_message(r, d)] for r, d in unique]
+    convs = [prompt_messages(r, d, tokenizer, layout) for r, d in unique]
     texts = generate(lm, tokenizer, convs, max_new_tokens=max_new_tokens, batch_size=batch_size, desc=desc)[0]
     reply = dict(zip(unique, texts, strict=True))
     return [reply[p] for p in prompts]
@@ -157,11 +159,17 @@ def score(rows: Sequence[dict], benign_replies: Sequence[str], injected_replies:
 
 
 def ifeval_scores(cfg: DictConfig, lm: torch.nn.Module, tokenizer: Any) -> tuple[dict[str, float], list[dict]]:
-    """IFEval's four accuracies on `data.params.num_ifeval` generated prompts, and one record per prompt."""
-    from posttrain.data.rlvr.ifeval_gen import generate_ifeval
+    """IFEval's four accuracies on `data.params.num_ifeval` prompts, and one record per prompt: generated ones
+    (`data.params.ifeval_source=generated`) or the first of Google's 541 (`google`: `GOOGLE_IFEVAL`)."""
+    from posttrain.data.rlvr import GOOGLE_IFEVAL, generate_ifeval, load_ifeval
     from posttrain.rewards.ifeval import ifeval_metrics
 
-    prompts = generate_ifeval(int(cfg.data.params.num_ifeval), seed=int(cfg.data.seed) + 1000, chat=True)
+    n = int(cfg.data.params.num_ifeval)
+    if cfg.data.params.get("ifeval_source", "generated") == "google":
+        prompts = load_ifeval(str(GOOGLE_IFEVAL), chat=True)
+        prompts = prompts.select(range(min(n, len(prompts))))
+    else:
+        prompts = generate_ifeval(n, seed=int(cfg.data.seed) + 1000, chat=True)
     convs = [list(p) for p in prompts["prompt"]]
     algo = cfg.algo
     replies = generate(
@@ -187,7 +195,9 @@ def representation_cosines(cfg: DictConfig, model: ContrastiveModel, tokenizer: 
     and benign vs executed prompts (the first `REPR_ROWS` rows)."""
     from posttrain.data.contrastive import ALL_ROLES, TripletCollator, TripletDataset
 
-    data = TripletDataset(list(rows[:REPR_ROWS]), tokenizer, cfg.algo.max_length, "last", roles=ALL_ROLES)
+    data = TripletDataset(
+        list(rows[:REPR_ROWS]), tokenizer, cfg.algo.max_length, "last", roles=ALL_ROLES, layout=layout_of(cfg.data)
+    )
     collate = TripletCollator(tokenizer.pad_token_id, roles=ALL_ROLES)
     device = next(model.parameters()).device
     was_training = model.training
@@ -228,6 +238,7 @@ def evaluate_model(
             algo.max_new_tokens,
             algo.eval_batch_size,
             desc=f"evaluating: {role} replies",
+            layout=layout_of(cfg.data),
         )
         for role in ("benign", "injected")
     }

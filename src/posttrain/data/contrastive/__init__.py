@@ -17,7 +17,13 @@ from posttrain.data.contrastive.secalign import generate_secalign, spec_from_par
 from posttrain.data.contrastive.templates import ATTACK_TYPES, TASK_KINDS
 from posttrain.errors import DataError
 
-_ENCODE = ("TripletCollator", "TripletDataset", "pad_rows", "user_message")  # posttrain.data.contrastive.encode
+_ENCODE = (
+    "TripletCollator",
+    "TripletDataset",
+    "pad_rows",
+    "prompt_messages",
+    "user_message",
+)  # posttrain.data.contrastive.encode
 
 
 def __getattr__(name: str) -> Any:
@@ -35,8 +41,10 @@ __all__ = [
     "build_triplets",
     "generate_secalign",
     "generate_triplets",
+    "layout_of",
     "load_triplets",
     "pad_rows",
+    "prompt_messages",
     "user_message",
     "validate_row",
     "write_jsonl",
@@ -46,6 +54,11 @@ __all__ = [
 def _param(data_cfg: DictConfig, key: str, default: Any) -> Any:
     value = data_cfg.params.get(key, default)
     return list(value) if hasattr(value, "__iter__") and not isinstance(value, str) else value
+
+
+def layout_of(data_cfg: DictConfig) -> str:
+    """`data.params.layout`: how a prompt lays out the request and the data (`encode.prompt_messages`)."""
+    return str(_param(data_cfg, "layout", "one_turn"))
 
 
 def is_secalign(data_cfg: DictConfig) -> bool:
@@ -65,14 +78,15 @@ def build_triplets(data_cfg: DictConfig, split: str) -> list[dict[str, Any]]:
     injection_position (see `posttrain.data.contrastive.generate`).
     `data.params.generator=secalign` (`posttrain.data.contrastive.secalign`, `data=contrastive_secalign`):
     `num_train` rows; `num_eval` task instances, each crossed with every eval attack family and position; options
-    `secalign.SPEC_KEYS`."""
+    `secalign.SPEC_KEYS`, and `eval_split=test` to evaluate on the generator's untouched test split instead."""
     train_templates = _param(data_cfg, "train_templates", "train")
     if is_secalign(data_cfg):
         spec = spec_from_params(data_cfg.params)
         if spec.problems():
             raise DataError(f"data.params: {'; '.join(spec.problems())}")
+        drawn = "test" if split == "eval" and _param(data_cfg, "eval_split", "eval") == "test" else split
         rows = generate_secalign(
-            data_cfg.num_train if split == "train" else data_cfg.num_eval, data_cfg.seed, split, spec
+            data_cfg.num_train if split == "train" else data_cfg.num_eval, data_cfg.seed, drawn, spec
         )
     elif data_cfg.source == "generator":
         eval_templates = _param(data_cfg, "eval_templates", "all")

@@ -24,14 +24,60 @@ from torch.utils.data import Dataset
 
 from posttrain.data.chat import IGNORE_INDEX, assistant_labels, check_labels
 from posttrain.data.contrastive.schema import ROLES
+from posttrain.data.contrastive.secalign import CHAT_TO_ASSISTANT, CHAT_TO_USER
 from posttrain.errors import DataError
 
 FIELDS = ("input_ids", "attention_mask", "labels", "pool_mask")
+LAYOUTS = ("one_turn", "input_role")  # how the request and the data are laid out in the prompt (`prompt_messages`)
+DATA_ROLE = "input"
 POOLS = ("last", "prompt", "all")
 
 
-def user_message(request: str, data: str) -> dict[str, str]:
-    return {"role": "user", "content": f"{request}\n---\n{data}"}
+def chat_turns(tokenizer: Any) -> tuple[str, str]:
+    """The text of the tokenizer's chat template between a user message and the assistant's reply, and between that
+    reply and the next user message (ChatML: `<|im_end|>` newline `<|im_start|>assistant` newline, and the same with
+    `user`)."""
+    marks = ("\u241fuser\u241f", "\u241fassistant\u241f", "\u241fnext\u241f")
+    text = tokenizer.apply_chat_template(
+        [{"role": r, "content": m} for r, m in zip(("user", "assistant", "user"), marks, strict=True)], tokenize=False
+    )
+    at = [text.find(m) for m in marks]
+    if min(at) < 0 or at != sorted(at):
+        raise DataError("the chat template does not render user / assistant / user turns in order: no `chat` attack")
+    return text[at[0] + len(marks[0]) : at[1]], text[at[1] + len(marks[1]) : at[2]]
+
+
+def user_message(request: str, data: str, tokenizer: Any = None) -> dict[str, str]:
+    """The one user turn of a (request, data) prompt (`layout=one_turn`)."""
+    return prompt_messages(request, data, tokenizer)[0]
+
+
+def prompt_messages(request: str, data: str, tokenizer: Any = None, layout: str = "one_turn") -> list[dict[str, str]]:
+    """The prompt turns of (request, data), by `layout` (`LAYOUTS`): `one_turn`, one user turn "request / --- /
+    data"; `input_role`, the request as the user turn and the data in a turn of its own with role `input` (SecAlign's
+    layout: the untrusted text apart from the trusted request, where the chat template renders such a role). Data
+    holding the `chat` attack's turn marks (`secalign.CHAT_TO_ASSISTANT` / `CHAT_TO_USER`) gets them written in
+    `tokenizer`'s own chat-template text."""
+    if CHAT_TO_ASSISTANT in data or CHAT_TO_USER in data:
+        if tokenizer is None:
+            raise DataError("a `chat`-family injection needs the tokenizer to render its chat-template turns")
+        to_assistant, to_user = chat_turns(tokenizer)
+        data = data.replace(CHAT_TO_ASSISTANT, to_assistant).replace(CHAT_TO_USER, to_user)
+    if layout == "one_turn":
+        return [{"role": "user", "content": f"{request}\n---\n{data}"}]
+    if layout == "input_role":
+        return [{"role": "user", "content": request}, {"role": DATA_ROLE, "content": data}]
+    raise DataError(f"data.params.layout={layout!r} is not one of {', '.join(LAYOUTS)}")
+
+
+def check_layout(tokenizer: Any, layout: str) -> None:
+    """DataError unless `tokenizer`'s chat template renders `layout`'s turns (the `input` role's name and text)."""
+    if layout == "one_turn":
+        return
+    mark = "\u241fdata\u241f"
+    text = tokenizer.apply_chat_template(prompt_messages("Q", mark, layout=layout), tokenize=False)
+    if mark not in text or DATA_ROLE not in text.replace(mark, ""):
+        raise DataError(f"the chat template does not render a turn of role {DATA_ROLE!r}: data.params.layout={layout}")
 
 
 def target_of(row: dict[str, Any], role: str, injected_target: str = "answer") -> str:
@@ -43,10 +89,19 @@ def target_of(row: dict[str, Any], role: str, injected_target: str = "answer") -
     return row["answer"]
 
 
-def encode_member(tokenizer: Any, request: str, data: str, answer: str, max_length: int, pool: str = "prompt"):
+def encode_member(
+    tokenizer: Any,
+    request: str,
+    data: str,
+    answer: str,
+    max_length: int,
+    pool: str = "prompt",
+    layout: str = "one_turn",
+):
     """input_ids / attention_mask / labels (assistant tokens only) / pool_mask (`POOLS`: the last prompt token,
     every prompt token, or every token)."""
-    enc = assistant_labels(tokenizer, [user_message(request, data), {"role": "assistant", "content": answer}])
+    turns = prompt_messages(request, data, tokenizer, layout)
+    enc = assistant_labels(tokenizer, [*turns, {"role": "assistant", "content": answer}])
     n = len(enc["input_ids"])
     if n > max_length:
         raise DataError(f"a triplet member is {n} tokens, longer than algo.max_length={max_length}")
@@ -92,9 +147,11 @@ class TripletDataset(Dataset):
         injected_target: str = "answer",
         pad_to_max_length: bool = False,
         roles: Sequence[str] = ROLES,
+        layout: str = "one_turn",
     ):
         if injected_target not in ("answer", "witness"):
             raise DataError(f"data.params.injected_target={injected_target!r} is not one of answer, witness")
+        check_layout(tokenizer, layout)
         pad_id = tokenizer.pad_token_id
         self.rows, self.roles = rows, tuple(roles)
         self.items = []
@@ -102,9 +159,8 @@ class TripletDataset(Dataset):
             item = {}
             for role in self.roles:
                 m = row[role]
-                enc = encode_member(
-                    tokenizer, m["request"], m["data"], target_of(row, role, injected_target), max_length, pool
-                )
+                answer = target_of(row, role, injected_target)
+                enc = encode_member(tokenizer, m["request"], m["data"], answer, max_length, pool, layout)
                 if pad_to_max_length:  # the collator's rule, applied early
                     enc = {k: v[0].tolist() for k, v in pad_rows([enc], pad_id, max_length).items()}
                 item[role] = enc
