@@ -4,8 +4,9 @@
     python experiments/contrastive_smollm2/report.py --collect   # first the CSVs from the run folders run.sh fills
     python experiments/contrastive_smollm2/report.py --collect runs/contrastive_smollm2_tiny/results --results DIR
 
-`--collect [DIR ...]` reads each run folder DIR (default: results/secalign, results/secalign_120steps and
-results/probes, git-ignored; a group of runs each, named by the folder) as run.sh leaves it: DIR/base/eval_init.jsonl
+`--collect [DIR ...]` reads each run folder DIR (default: those of results/test, results/secalign,
+results/secalign_120steps and results/probes that are here, git-ignored; a group of runs each, named by the folder;
+the tables' rows of every other group are kept) as run.sh leaves it: DIR/base/eval_init.jsonl
 and DIR/<arm>_s<seed>/eval_after.jsonl (one record per eval item), the ifeval_*.jsonl beside them, summary.json
 (IFEval instruction-level score, layer similarities) and time_v.txt, and writes the tables the report reads:
 
@@ -39,7 +40,7 @@ from posttrain.data.contrastive.secalign import PRINT_INSTRUCTION, attack_execut
 
 HERE = Path(__file__).resolve().parent
 COMMAND = "python experiments/contrastive_smollm2/report.py"
-RAW = ("secalign", "secalign_120steps", "probes")  # run folders under results/ (git-ignored), in report order
+RAW = ("test", "secalign", "secalign_120steps", "probes")  # run folders under results/ (git-ignored), report order
 ARMS = ("sft", "sft_inv", "dpo", "dpo_inv", "sft_inv_nokl", "dpo_inv_nokl", "dpo_inv_w01", "sft_matched")  # run.sh's
 PAIRS = (  # same seed, same items
     ("sft_inv", "sft"),
@@ -135,16 +136,25 @@ def _flag(value: object) -> str:
     return "" if value is None else str(int(bool(value)))
 
 
+def _group_order(group: str) -> tuple[int, str]:
+    return (RAW.index(group) if group in RAW else len(RAW), group)
+
+
 def collect(raw_dirs: list[Path], out: Path) -> list[Path]:
-    """The CSV tables of the run folders `raw_dirs` (one group each, named by the folder) in `out`."""
+    """The CSV tables of the run folders `raw_dirs` (one group each, named by the folder) in `out`, keeping the rows
+    of every other group the tables in `out` hold (run folders stay out of git: a fresh clone adds a group to the
+    committed tables instead of replacing them); groups in RAW's order."""
     out.mkdir(parents=True, exist_ok=True)
+    sources = {res.name: raw_runs(res) for res in raw_dirs}
+    for res in raw_dirs:
+        if not sources[res.name]:
+            sys.exit(f"no runs with eval records under {res}")
+    kept = read_tables(out) if (out / "runs.csv").is_file() else {}
+    sources |= {group: runs for group, runs in kept.items() if group not in sources}
     items: dict[str, list] = {}
     runs_rows, ifeval_rows, written = [], [], []
-    for res in raw_dirs:
-        group = res.name
-        all_runs = raw_runs(res)
-        if not all_runs:
-            sys.exit(f"no runs with eval records under {res}")
+    for group in sorted(sources, key=_group_order):
+        all_runs = sources[group]
         eval_rows = []
         for run in all_runs.values():
             seed = "" if run["seed"] is None else run["seed"]
@@ -586,7 +596,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--no-plots", action="store_true")
     args = ap.parse_args(argv)
     if args.collect is not None:
-        raw = args.collect or [HERE / "results" / name for name in RAW]
+        raw = args.collect or [HERE / "results" / name for name in RAW if (HERE / "results" / name).is_dir()]
         for path in collect(raw, args.results):
             print(f"wrote {path} ({path.stat().st_size / 1e3:.0f} kB)")
     path = report(args.results, args.out or args.results, plots=not args.no_plots)

@@ -190,3 +190,24 @@ def test_the_test_split_commands_compose(tmp_path):
     assert "seed=100" in lines[1] and "algo.lm_on_counterfactual=true" in lines[1]
     plan = run_cli(*lines[1][1:], "mode=plan", cwd=tmp_path)
     assert plan.returncode == 0, plan.stderr[-2000:]
+
+
+def test_collect_adds_a_group_and_keeps_the_others(tmp_path):
+    """Run folders stay out of git: collecting the `test` group into committed tables keeps every other group's
+    rows (read back the same) and puts `test` first, RAW's order; collecting it again changes nothing."""
+    report = experiment_script(ROOT / "experiments" / "contrastive_smollm2" / "report.py")
+    for group, hits in (("demo", {0}), ("test", {1})):
+        folder = tmp_path / "raw" / group / "base"
+        folder.mkdir(parents=True)
+        records = [_record(f"count-{k}", "naive", "start", success=k in hits, benign=True) for k in (0, 1)]
+        (folder / "eval_init.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    tables = tmp_path / "tables"
+    report.collect([tmp_path / "raw" / "demo"], tables)
+    demo = report.read_tables(tables)["demo"]
+    report.collect([tmp_path / "raw" / "test"], tables)
+    back = report.read_tables(tables)
+    assert list(back) == ["test", "demo"] and back["demo"] == demo
+    assert [r["attack_success"] for r in back["test"]["base"]["records"]] == [False, True]
+    before = {p.name: p.read_bytes() for p in tables.glob("*.csv")}
+    report.collect([tmp_path / "raw" / "test"], tables)
+    assert {p.name: p.read_bytes() for p in tables.glob("*.csv")} == before
