@@ -509,7 +509,9 @@ BASELINES = (  # under BASE: the CPU runs that read no hypernet, paired with the
     "x8_full_48docs", "x2_96docs", "x4_96docs",
 )  # fmt: skip
 BASE_62 = "cpu_2026-12-03_baselines"  # issue 62's instructed and retrieval baselines (its run.sh), source <name>_b62
-BASELINES_62 = ("fact1", "facts3", "x2_96docs", "x4_96docs", "x8_48docs")  # run.sh's x[48]_48docs_instructed: not run
+BASELINES_62 = (  # every run of its run.sh
+    "fact1", "facts3", "x2_96docs", "x4_96docs", "x8_48docs", "x4_48docs_instructed", "x8_48docs_instructed",
+)  # fmt: skip
 # what the report reads: name -> its raw folder under results/ (not in git since 2026-12-01)
 SOURCES: dict[str, str] = {
     "fact1": "gpu_seeds_2026-11-27_h200/fact1",
@@ -778,7 +780,8 @@ class Section(NamedTuple):
 ONE_FACT_BASE = "facts:no_context,in_context,cd=cd_one_fact_48docs"
 FULL_48 = (
     "x4:in_context=x4_full_48docs", "x8:in_context=x8_full_48docs",
-    "x8:retrieval_bm25=x8_48docs_b62",
+    "x8:retrieval_bm25=x8_48docs_b62", "x4:in_context_instructed=x4_48docs_instructed_b62",
+    "x8:in_context_instructed=x8_48docs_instructed_b62",
 )  # fmt: skip
 ROWS_96 = (
     "x2:no_context,in_context,in_context_truncated=x2_96docs", "x4:no_context,in_context_truncated=x4_96docs",
