@@ -141,16 +141,18 @@ def _group_order(group: str) -> tuple[int, str]:
 
 
 def collect(raw_dirs: list[Path], out: Path) -> list[Path]:
-    """The CSV tables of the run folders `raw_dirs` (one group each, named by the folder) in `out`, keeping the rows
-    of every other group the tables in `out` hold (run folders stay out of git: a fresh clone adds a group to the
-    committed tables instead of replacing them); groups in RAW's order."""
+    """The CSV tables of the run folders `raw_dirs` (one group each, named by the folder) in `out`, keeping every
+    row the tables in `out` hold that no folder replaces: other groups and, within a group, runs with no folder
+    here (run folders stay out of git: a fresh clone adds runs to the committed tables instead of replacing them);
+    groups in RAW's order."""
     out.mkdir(parents=True, exist_ok=True)
     sources = {res.name: raw_runs(res) for res in raw_dirs}
     for res in raw_dirs:
         if not sources[res.name]:
             sys.exit(f"no runs with eval records under {res}")
     kept = read_tables(out) if (out / "runs.csv").is_file() else {}
-    sources |= {group: runs for group, runs in kept.items() if group not in sources}
+    for group, runs in kept.items():
+        sources[group] = _order(runs | sources.get(group, {}))
     items: dict[str, list] = {}
     runs_rows, ifeval_rows, written = [], [], []
     for group in sorted(sources, key=_group_order):

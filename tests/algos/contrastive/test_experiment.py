@@ -211,3 +211,34 @@ def test_collect_adds_a_group_and_keeps_the_others(tmp_path):
     before = {p.name: p.read_bytes() for p in tables.glob("*.csv")}
     report.collect([tmp_path / "raw" / "test"], tables)
     assert {p.name: p.read_bytes() for p in tables.glob("*.csv")} == before
+
+
+def test_collect_adds_runs_to_a_group_and_keeps_its_runs_with_no_folder(tmp_path):
+    """A fresh clone has the committed tables but not the run folders: collecting the new seeds of `test` keeps the
+    group's committed runs (base) and adds the new one; a folder of a run already there replaces its rows."""
+    report = experiment_script(ROOT / "experiments" / "contrastive_smollm2" / "report.py")
+
+    def write(run: str, hits: set[int]) -> Path:
+        folder = tmp_path / run / "test" / run
+        folder.mkdir(parents=True)
+        tag = "init" if run == "base" else "after"
+        records = [_record(f"count-{k}", "naive", "start", success=k in hits, benign=True) for k in (0, 1)]
+        (folder / f"eval_{tag}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+        return folder.parent
+
+    tables = tmp_path / "tables"
+    report.collect([write("base", {0, 1})], tables)
+    report.collect([write("sft_s101", {1})], tables)
+    back = report.read_tables(tables)["test"]
+    assert list(back) == ["base", "sft_s101"]
+    assert [r["attack_success"] for r in back["base"]["records"]] == [True, True]
+    assert [r["attack_success"] for r in back["sft_s101"]["records"]] == [False, True]
+    (tmp_path / "again").mkdir()
+    again = tmp_path / "again" / "test"
+    (tmp_path / "sft_s101" / "test").rename(again)
+    (again / "sft_s101" / "eval_after.jsonl").write_text(
+        "".join(json.dumps(_record(f"count-{k}", "naive", "start", success=False, benign=True)) + "\n" for k in (0, 1))
+    )
+    report.collect([again], tables)
+    back = report.read_tables(tables)["test"]
+    assert [r["attack_success"] for r in back["sft_s101"]["records"]] == [False, False] and len(back) == 2
