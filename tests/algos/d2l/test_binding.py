@@ -9,7 +9,8 @@ import torch
 
 from posttrain.algos.d2l.batching import view_batch
 from posttrain.algos.d2l.binding import MARGIN, PREFERRED, swapped_record, value_margins, with_distractors
-from posttrain.algos.d2l.evaluate import answer_nll, evaluate_model
+from posttrain.algos.d2l.condition import answer_nll
+from posttrain.algos.d2l.evaluate import evaluate_model
 from posttrain.algos.d2l.locality import other_entity_pairs
 from posttrain.algos.d2l.monitor import document_index
 from posttrain.data.d2l import SENTENCE_END, document_chunks, fact_qa, featurize, in_context_view, student_view

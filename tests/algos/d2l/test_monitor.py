@@ -64,7 +64,7 @@ def test_monitor_ce_is_the_answer_ce_and_zero_gap_before_training(d2l_cfg, tmp_p
     which `answer_nll` computes independently; with a teacher (kl_coef > 0) the monitor still needs none."""
     from posttrain.algos.d2l import api
     from posttrain.algos.d2l.batching import view_batch
-    from posttrain.algos.d2l.evaluate import answer_nll
+    from posttrain.algos.d2l.condition import answer_nll
 
     cfg = d2l_cfg(
         "algo.kl_coef=0.5",

@@ -34,23 +34,20 @@ from __future__ import annotations
 
 import statistics
 import time
-from dataclasses import dataclass
 from typing import Any
 
 import torch
-import torch.nn.functional as F
 from tqdm.auto import tqdm
 
-from posttrain.algos.d2l.baselines import distilled_lora, format_lora, lm_answer_logits, teacher_document
-from posttrain.algos.d2l.batching import view_batch
-from posttrain.algos.d2l.binding import MARGIN, OTHER_ENTITY, PREFERRED, swapped_record, value_margins
+from posttrain.algos.d2l.baselines import distilled_lora, format_lora, teacher_document
+from posttrain.algos.d2l.binding import OTHER_ENTITY, swapped_record, value_margins
+from posttrain.algos.d2l.condition import Task, golds, run_task, summarize_condition
 from posttrain.algos.d2l.config import EVAL_CONDITIONS, OPT_IN_CONDITIONS
 from posttrain.algos.d2l.locality import other_entity_pairs
 from posttrain.algos.d2l.lora import GeneratedLoRA
 from posttrain.algos.d2l.monitor import document_index
 from posttrain.algos.d2l.retrieval import retrieved_document
-from posttrain.algos.d2l.scoring import best_over, contains_answer, score
-from posttrain.analysis.stats import bootstrap_ci
+from posttrain.algos.d2l.scoring import best_over, contains_answer
 from posttrain.data.d2l import (
     document_chunks,
     featurize,
@@ -60,39 +57,6 @@ from posttrain.data.d2l import (
     student_view,
     window_document,
 )
-
-METRICS = {"accuracy": "correct", "exact_match": "em", "f1": "f1"}  # summary name -> per-question key
-
-
-@dataclass
-class Task:
-    """What one condition asks: per question index in `items`, the view whose reply is scored, the prompt answered
-    greedily, the gold answers, and the document whose generated LoRA is applied (None: no generated LoRA)."""
-
-    items: list[int]
-    views: list[dict[str, Any]]
-    prompts: list[str]
-    golds: list[list[str]]
-    lora_docs: list[int] | None = None
-
-
-@torch.no_grad()
-def answer_nll(model: Any, batch: dict[str, torch.Tensor], lora: GeneratedLoRA | None) -> tuple[list[float], list[int]]:
-    """Per row of `batch`: (sum of answer-token NLL, answer-token count) with `lora` applied (None: bare base)."""
-    model.apply_lora(lora)
-    try:
-        logits, targets, rows = lm_answer_logits(model.base, batch)
-    finally:
-        model.reset()
-    nll = F.cross_entropy(logits, targets, reduction="none")
-    n = batch["labels"].shape[0]
-    sums = torch.zeros(n, device=nll.device).index_add_(0, rows, nll)
-    counts = torch.zeros(n, dtype=torch.long, device=rows.device).index_add_(0, rows, torch.ones_like(rows))
-    return sums.tolist(), counts.tolist()
-
-
-def golds(record: dict[str, Any]) -> list[str]:
-    return list(record.get("answers") or [record["answer"]])
 
 
 @torch.no_grad()
@@ -126,44 +90,6 @@ def wanted_conditions(conditions: Any, baselines: Any, has_pairs: bool) -> list[
     if missing:
         raise ValueError(f"condition {missing[0]} does not apply (no steps configured, or questions without kinds)")
     return [c for c in EVAL_CONDITIONS if c in conditions]
-
-
-def run_task(
-    model: Any, task: Task, all_lora: GeneratedLoRA | None, batch_size: int, max_new_tokens: int, generate: bool
-) -> dict[int, dict[str, Any]]:
-    """{question index: {nll, tokens[, response, correct, em, f1]}} of one condition."""
-    out: dict[int, dict[str, Any]] = {}
-    pad = model.tokenizer.pad_token_id
-    for i in range(0, len(task.items), batch_size):
-        part = slice(i, i + batch_size)
-        lora = None
-        if task.lora_docs is not None and all_lora is not None:
-            lora = all_lora.select(task.lora_docs[part])
-        batch = {k: v.to(model.device) for k, v in view_batch(task.views[part], pad).items()}
-        sums, counts = answer_nll(model, batch, lora)
-        responses = model.generate(task.prompts[part], lora, max_new_tokens) if generate else [None] * len(sums)
-        for j, s, n, resp, gold in zip(task.items[part], sums, counts, responses, task.golds[part]):
-            out[j] = {"nll": s, "tokens": n} | ({"response": resp, **score(resp, gold)} if generate else {})
-    return out
-
-
-def summarize_condition(per: dict[int, dict[str, Any]], doc_index: list[int]) -> dict[str, Any]:
-    """Means over the condition's questions, with 95% CIs that resample documents."""
-    items = sorted(per)
-    clusters = [doc_index[j] for j in items]
-    nll, tokens = [per[j]["nll"] for j in items], [float(per[j]["tokens"]) for j in items]
-    entry: dict[str, Any] = {
-        "n": len(items),
-        "answer_loss": sum(nll) / max(sum(tokens), 1.0),
-        "answer_loss_ci95": bootstrap_ci(nll, tokens, clusters=clusters),
-    }
-    for name, key in (*METRICS.items(), ("own_fact", "own_fact"), (MARGIN, MARGIN), (PREFERRED, PREFERRED)):
-        having = [j for j in items if key in per[j]]  # the margins: paired questions whose reply states the answer
-        if having:
-            values = [float(per[j][key]) for j in having]
-            entry[name] = sum(values) / len(values)
-            entry[f"{name}_ci95"] = bootstrap_ci(values, clusters=[doc_index[j] for j in having])
-    return entry
 
 
 def _swapped_nll(
