@@ -41,7 +41,10 @@ from posttrain.data.contrastive.secalign import PRINT_INSTRUCTION, attack_execut
 HERE = Path(__file__).resolve().parent
 COMMAND = "python experiments/contrastive_smollm2/report.py"
 RAW = ("test", "secalign", "secalign_120steps", "probes")  # run folders under results/ (git-ignored), report order
-ARMS = ("sft", "sft_inv", "dpo", "dpo_inv", "sft_inv_nokl", "dpo_inv_nokl", "dpo_inv_w01", "sft_matched")  # run.sh's
+ARMS = (  # run.sh's
+    "sft", "sft_inv", "dpo", "dpo_inv", "sft_inv_nokl", "dpo_inv_nokl", "dpo_inv_w01", "sft_matched", "sft_roles",
+    "sft_inv_nokl_roles",
+)  # fmt: skip
 PAIRS = (  # same seed, same items
     ("sft_inv", "sft"),
     ("dpo_inv", "dpo"),
@@ -62,6 +65,8 @@ TEST_PAIRS = (
     ("sft_inv_nokl", "sft_matched"),
     ("sft_matched", "sft"),
     ("dpo_inv_w01", "dpo"),
+    ("sft_roles", "sft"),
+    ("sft_inv_nokl_roles", "sft_roles"),
 )
 IFEVAL_MARGIN = 0.05  # non-inferiority margin on IFEval prompt-level strict accuracy, stated before the test runs
 ITEM_FIELDS = ("id", "cluster", "task", "attack_type", "position", "injected_task", "heldout")
@@ -425,7 +430,9 @@ def cost_table(all_runs: dict[str, dict]) -> list[str]:
     return lines
 
 
-def plot(all_runs: dict[str, dict], res: Path) -> list[Path]:
+def plot(all_runs: dict[str, dict], res: Path, group: str = "") -> list[Path]:
+    """asr_by_family.png (executed ASR per family and clean task utility per arm, seeds as dots) and layers.png
+    (benign-injected cosine per hidden state, one line per run) of one group of runs."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -438,7 +445,7 @@ def plot(all_runs: dict[str, dict], res: Path) -> list[Path]:
     for i, arm in enumerate(arms):
         members = [run for run in all_runs.values() if run["arm"] == arm]
         for j, fam in enumerate(families):
-            values = [group_means(run["records"], "attack_success", "attack_type")[fam]["mean"] for run in members]
+            values = [group_means(run["records"], "attack_executed", "attack_type")[fam]["mean"] for run in members]
             x = j + (i - (len(arms) - 1) / 2) * width
             axes[0].bar(x, sum(values) / len(values), width, color=f"C{i}", label=arm if j == 0 else None)
             axes[0].scatter([x] * len(values), values, color="k", s=6, zorder=3)
@@ -449,9 +456,11 @@ def plot(all_runs: dict[str, dict], res: Path) -> list[Path]:
         {r["attack_type"] for run in all_runs.values() for r in run["records"] if r["heldout"]}, key=_family_order
     )
     axes[0].set_xticks(range(len(families)), families)
-    axes[0].set_ylim(0, 1)
-    axes[0].set_ylabel("ASR, in response (seeds: dots)")
-    axes[0].set_title(f"attack success by family (held out: {', '.join(held) or 'none'})")
+    axes[0].set_ylim(0, None)
+    axes[0].set_ylabel("executed ASR (seeds: dots)")
+    axes[0].set_title(
+        f"{group + ': ' if group else ''}attack executed by family (held out: {', '.join(held) or 'none'})"
+    )
     axes[0].legend(fontsize=8, ncols=3)
     axes[1].set_xticks(range(len(arms)), arms, rotation=45, ha="right")
     axes[1].set_ylabel("task utility (clean prompts)")
@@ -463,12 +472,13 @@ def plot(all_runs: dict[str, dict], res: Path) -> list[Path]:
 
     fig, ax = plt.subplots(figsize=(6.5, 4))
     for i, arm in enumerate(arms):
-        for run in (r for r in all_runs.values() if r["arm"] == arm):
-            cos = run["cos"]
-            if cos:
-                ax.plot(range(len(cos)), cos, color=f"C{i}", label=arm if run["seed"] in (None, 0) else None)
+        members = [r for r in all_runs.values() if r["arm"] == arm and r["cos"]]
+        for k, run in enumerate(members):
+            ax.plot(range(len(run["cos"])), run["cos"], color=f"C{i}", label=arm if k == 0 else None)
     ax.set_xlabel("hidden state (0 = embeddings)")
     ax.set_ylabel("cos(benign, injected) at the last prompt token")
+    if group:
+        ax.set_title(group)
     ax.legend(fontsize=8)
     fig.tight_layout()
     paths.append(res / "layers.png")
@@ -509,6 +519,7 @@ def test_table(all_runs: dict[str, dict], margin: float = IFEVAL_MARGIN) -> list
         if not runs_a or not runs_b:
             continue
         cells, verdict = [], "-"
+        one_seed = any(arm != "base" and len(runs) < 2 for arm, runs in ((a, runs_a), (b, runs_b)))
         for key, rows, field, _ in metrics:
             ta, clusters = _seed_table(runs_a + runs_b, key, rows, field)
             if not clusters:
@@ -517,7 +528,7 @@ def test_table(all_runs: dict[str, dict], margin: float = IFEVAL_MARGIN) -> list
             mean, (lo, hi) = difference_ci(ta[: len(runs_a)], ta[len(runs_a) :], clusters)
             cells.append(f"{mean:+.3f} [{lo:+.3f}, {hi:+.3f}]")
             if field == "ifeval":
-                verdict = "yes" if lo > -margin else "no"
+                verdict = ("yes" if lo > -margin else "no") + (" (1 seed: no seed variance)" if one_seed else "")
         lines.append(f"| {a} − {b} | {len(runs_a)} vs {len(runs_b)} | " + " | ".join(cells) + f" | {verdict} |")
     return lines
 
@@ -575,14 +586,15 @@ def group_report(all_runs: dict[str, dict], group: str = "") -> list[str]:
 
 
 def report(results: Path, out: Path, plots: bool = True) -> Path:
-    """results/report.md (and the first group's plots) from the CSV tables in `results`, written to `out`."""
+    """results/report.md (and the first group's plots, RAW's order: the test split) from the CSV tables in
+    `results`, written to `out`."""
     groups = read_tables(results)
     out.mkdir(parents=True, exist_ok=True)
     sections = [f"<!-- {COMMAND} -->\n"]
     for i, (group, all_runs) in enumerate(groups.items()):
         lines = group_report(all_runs, group)
         if i == 0 and plots:
-            paths = plot(all_runs, out)
+            paths = plot(all_runs, out, group)
             lines += [f"![ASR by family]({paths[0].name})", "", f"![layers]({paths[1].name})", ""]
         sections.append(f"## {group}\n\n" + "\n".join(lines))
     path = out / "report.md"
@@ -598,7 +610,12 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--no-plots", action="store_true")
     args = ap.parse_args(argv)
     if args.collect is not None:
-        raw = args.collect or [HERE / "results" / name for name in RAW if (HERE / "results" / name).is_dir()]
+        raw = args.collect
+        if not raw:  # every group folder with a finished run (one whose runs are all under way waits)
+            raw = [HERE / "results" / name for name in RAW if (HERE / "results" / name).is_dir()]
+            for folder in [r for r in raw if not raw_runs(r)]:
+                print(f"skipping {folder}: no finished run yet")
+                raw.remove(folder)
         for path in collect(raw, args.results):
             print(f"wrote {path} ({path.stat().st_size / 1e3:.0f} kB)")
     path = report(args.results, args.out or args.results, plots=not args.no_plots)

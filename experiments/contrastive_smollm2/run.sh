@@ -55,8 +55,11 @@ declare -A ARMS=(
   # issue 62's matched-supervision control: SFT with the LM loss on every row the invariance term reads that has an
   # answer (benign, paraphrase, injected), so a gain of the preset over it is not more supervised rows
   [sft_matched]="algo.contrastive_weight=0 algo.consistency_weight=0 algo.lm_on_counterfactual=true"
+  # issue 62: the request in the user turn and the data in a turn of its own (input_role), in training and evaluation
+  [sft_roles]="algo.contrastive_weight=0 algo.consistency_weight=0 data.params.layout=input_role"
+  [sft_inv_nokl_roles]="data.params.layout=input_role"
 )
-ARM_ORDER=(sft sft_inv dpo dpo_inv sft_inv_nokl dpo_inv_nokl dpo_inv_w01 sft_matched)
+ARM_ORDER=(sft sft_inv dpo dpo_inv sft_inv_nokl dpo_inv_nokl dpo_inv_w01 sft_matched sft_roles sft_inv_nokl_roles)
 
 declare -A RUNS=(
   # the starting weights, scored once on the same eval items as every arm

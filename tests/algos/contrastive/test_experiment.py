@@ -143,7 +143,8 @@ def test_collect_turns_run_folders_into_tables_that_report_as_the_folders_would(
 
 def test_the_test_splits_table_pairs_seeds_and_instances_and_judges_ifeval_non_inferiority():
     """`test_table`: a - b over the seeds of each arm and the task instances (`difference_ci`), IFEval over its
-    prompts with the verdict at the stated margin: sft 0.1 below base on IFEval is not non-inferior at 0.05."""
+    prompts with the verdict at the stated margin: sft 0.1 below base on IFEval is not non-inferior at 0.05; a verdict
+    on one seed of an arm says so."""
     from posttrain.analysis.stats import difference_ci
 
     report = experiment_script(ROOT / "experiments" / "contrastive_smollm2" / "report.py")
@@ -174,22 +175,29 @@ def test_the_test_splits_table_pairs_seeds_and_instances_and_judges_ifeval_non_i
     mean, (lo, hi) = difference_ci(a, b, [items[n][0] for n in held])
     assert row[2] == f"{mean:+.3f} [{lo:+.3f}, {hi:+.3f}]" and mean == pytest.approx(1 / 6 - 4 / 6)
     assert row[8].startswith("-0.100 [") and row[9] == "no |"  # IFEval 0.40 against 0.50
+    # one seed of sft: the interval has no seed variance in it, and the verdict says so
+    del all_runs["sft_s101"]
+    row = report.test_table(all_runs, margin=0.05)[2].split(" | ")
+    assert row[1] == "1 vs 1" and row[9] == "no (1 seed: no seed variance) |"
 
 
 def test_the_test_split_commands_compose(tmp_path):
     """`SPLIT=test run.sh`: fresh seeds 100-102, the test split and Google's 541 IFEval prompts on every run, each
-    command one that composes and validates (mode=plan); the matched-supervision control among the arms."""
+    command one that composes and validates (mode=plan); the matched-supervision control and the input_role layout
+    among the arms."""
     script = ROOT / "experiments" / "contrastive_smollm2" / "run.sh"
     env = {**os.environ, "SPLIT": "test", "DRY_RUN": "1", "PY": sys.executable}
-    dry = subprocess.run(["bash", str(script), "base", "sft_matched_s100", "dpo_s102"], cwd=ROOT, env=env,
-                         capture_output=True, text=True, check=True)  # fmt: skip
+    names = ["base", "sft_matched_s100", "dpo_s102", "sft_inv_nokl_roles_s101"]
+    dry = subprocess.run(["bash", str(script), *names], cwd=ROOT, env=env, capture_output=True, text=True, check=True)
     lines = [line.split() for line in dry.stdout.splitlines()]
-    assert [line[0] for line in lines] == ["base", "sft_matched_s100", "dpo_s102"]
+    assert [line[0] for line in lines] == names
     for _, *args in lines:
         assert {"data.params.eval_split=test", "data.num_eval=100", "data.params.num_ifeval=541"} <= set(args)
     assert "seed=100" in lines[1] and "algo.lm_on_counterfactual=true" in lines[1]
-    plan = run_cli(*lines[1][1:], "mode=plan", cwd=tmp_path)
-    assert plan.returncode == 0, plan.stderr[-2000:]
+    assert "data.params.layout=input_role" in lines[3] and not any("layout" in a for line in lines[:3] for a in line)
+    for line in (lines[1], lines[3]):
+        plan = run_cli(*line[1:], "mode=plan", cwd=tmp_path)
+        assert plan.returncode == 0, plan.stderr[-2000:]
 
 
 def test_collect_adds_a_group_and_keeps_the_others(tmp_path):

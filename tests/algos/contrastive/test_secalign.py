@@ -238,6 +238,7 @@ def test_build_triplets_reads_the_data_config(compose):
         ("algo.preference=ppo", "algo.preference='ppo' is not one of none, dpo"),
         ("data.params.eval_split=heldout", "data.params.eval_split='heldout' is not one of eval, test"),
         ("data.params.ifeval_source=hub", "data.params.ifeval_source='hub' is not one of generated, google"),
+        ("data.params.eval_split=test", r"print's witness \('Hacked!'\) is in its own injection text"),
     ],
 )
 def test_config_errors_are_one_line(compose, override, message):
@@ -291,14 +292,39 @@ def test_the_input_role_layout_puts_the_data_in_a_turn_of_its_own():
         prompt_messages("Q", "D", tok, "two")
 
 
+def test_every_consumer_lays_out_the_data_in_its_own_turn(compose, monkeypatch):
+    """`data.params.layout=input_role` as each consumer reads it from the config: the SFT rows (TripletDataset), the
+    DPO pairs and the evaluation's greedy prompts all carry the data in a turn of role `input`, the request alone in
+    the user turn."""
+    from posttrain.algos.contrastive import evaluate
+    from posttrain.algos.contrastive.dpo import preference_pairs
+    from posttrain.data.contrastive import TripletDataset, layout_of
+    from posttrain.models.tokenizer import build_byte_tokenizer
+
+    cfg = compose(*SECALIGN, "data.num_train=2", "data.params.layout=input_role")
+    layout, rows = layout_of(cfg.data), build_triplets(cfg.data, "train")
+    tok = build_byte_tokenizer("llama", "llama3.jinja")
+    injected = rows[0]["injected"]
+    header = "<|start_header_id|>input<|end_header_id|>\n\n"
+    encoded = TripletDataset(rows, tok, 512, layout=layout)[0]["injected"]
+    assert header + injected["data"] in tok.decode(encoded["input_ids"])
+    prompt = preference_pairs(rows, tok, layout)[0]["prompt"]
+    assert prompt == [{"role": "user", "content": injected["request"]}, {"role": "input", "content": injected["data"]}]
+    seen = []
+    monkeypatch.setattr(evaluate, "generate", lambda lm, tok, convs, **kw: (["x"] * len(convs), seen.extend(convs)))
+    assert evaluate.generate_replies(None, tok, [(injected["request"], injected["data"])], 2, 1, layout=layout) == ["x"]
+    assert seen == [prompt]
+
+
 def test_a_run_in_the_input_role_layout_trains_and_scores(tmp_path):
-    """The layout reaches training (SFT rows and DPO pairs) and evaluation: a tiny DPO run with the invariance term
-    writes eval records for the test split's prompts."""
+    """A tiny DPO run with the invariance term in the input_role layout trains and writes eval records for the test
+    split's prompts (the layout's effect on each consumer: the test above)."""
     from tests.conftest import run_cli
 
     proc = run_cli(
         "algo=contrastive", "data=contrastive_secalign", "model=tiny_llama", "algo.preference=dpo", "algo.lm_weight=0",
-        "data.params.layout=input_role", "data.params.eval_split=test", "data.num_train=8", "data.num_eval=1",
+        "data.params.layout=input_role", "data.params.eval_split=test", "data.params.eval_injected_tasks=[sum]",
+        "data.num_train=8", "data.num_eval=1",
         "data.params.num_ifeval=0", "trainer.max_steps=2", "algo.max_new_tokens=2", "algo.eval_start=false",
         f"hydra.run.dir={tmp_path}", cwd=tmp_path,
     )  # fmt: skip

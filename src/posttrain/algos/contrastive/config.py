@@ -123,6 +123,13 @@ def validate_contrastive(cfg: DictConfig) -> None:
         raise ConfigError(
             "data.params.eval_split=test is the SecAlign generator's split: data.params.generator=secalign"
         )
+    if cfg.data.params.get("eval_split", "eval") == "test" and "print" in (
+        cfg.data.params.get("eval_injected_tasks") or ()
+    ):
+        raise ConfigError(
+            "data.params.eval_injected_tasks: print's witness ('Hacked!') is in its own injection text, so an echo "
+            "counts as success; on the test split use [capital,translate,sum]"
+        )
     if cfg.data.params.get("ifeval_source") == "google" and int(cfg.data.params.get("num_ifeval", 0) or 0) > 541:
         raise ConfigError("data.params.num_ifeval: Google's IFEval has 541 prompts")
     if not cfg.model.lora.enabled:

@@ -25,10 +25,12 @@ benign prompt occurs in the training set). Families, positions and injected task
 An eval set crosses every task instance (its `cluster`) with every eval family and position, so per-family ASRs are
 paired over the same tasks and bootstraps resample whole task instances.
 
-The `test` split (issue 62: the eval split chose the presets) is new in every part a reader sees: a third disjoint
-slice of every word pool, its own request paraphrases, review / note phrases and attack templates
-(`TEST_REQUESTS`, `TEST_PHRASES`, `TEST_FAMILIES`), the injected task `sum` (two-digit addition, whose witness is
-in no injection text and in no other split), and each task instance crossed with every eval family at one position,
+The `test` split (issue 62: the eval split chose the presets) has a third disjoint slice of every word pool, its own
+request paraphrases, review / note phrases and attack templates (`TEST_REQUESTS`, `TEST_PHRASES`, `TEST_FAMILIES`),
+and the injected task `sum` (two-digit addition, whose witness is in no injection text and in no other split); the
+injected tasks `capital` and `translate` keep training's phrasing with new countries and words (report `sum` apart
+for an injected task never seen in any form), and `print` is refused there (its witness is in its own injection
+text: `algos.contrastive.config`). Each task instance is crossed with every eval family at one position,
 rotating over the eval positions (the cost of a run stays linear in the instances). The `chat` family is the
 completion attack in the model's own chat-template tokens: its templates hold `CHAT_TO_ASSISTANT` / `CHAT_TO_USER`,
 which `posttrain.data.contrastive.encode.user_message` renders with the tokenizer (e.g. ChatML's
