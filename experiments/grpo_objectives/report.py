@@ -9,8 +9,9 @@ Reads only results/runs.csv (one row per arm x seed: the run's held-out accuracy
 training runtime, from its summary.json; `commit`: the last commit that added or changed that summary.json, where the
 run's raw files are), results/heldout.csv (one row per run x held-out problem: `run` as in runs.csv, `item` the
 problem's index in heldout_*.jsonl, and whether the reply after training was right) and results/problems.csv (one row
-per held-out problem: `item`, its operation, + or -, and whether the base model's reply before training was right:
-every run starts from that model, and collect refuses a run whose replies before training differ). Writes the table
+per held-out problem: `item`, its question, its operation, + or -, and whether the base model's reply before training
+was right: every run starts from that model and is asked the same problems, and collect refuses a run whose
+questions or replies before training differ). Writes the table
 to stdout and results/report.md, and the plot. `--collect` first builds the CSV files from the run dirs run.py writes
 (results/<arm>/seed<S>/summary.json and heldout_{before,after}.jsonl; git ignores them). CI: the seeds x problems
 bootstrap of the per-problem gains (`posttrain.analysis.stats.seeds_items_ci`; for the paired column, of the
@@ -42,7 +43,7 @@ RUNS_CSV, HELDOUT_CSV, PROBLEMS_CSV, REPORT_MD = "runs.csv", "heldout.csv", "pro
 SUMMARY_FIELDS = ("heldout_acc_before", "heldout_acc_after", "runtime_s")  # the summary.json values the report uses
 RUN_COLUMNS = ("run", "arm", "seed", *SUMMARY_FIELDS, "commit")
 HELDOUT_COLUMNS = ("run", "item", "correct_after")
-PROBLEM_COLUMNS = ("item", "operation", "correct_before")
+PROBLEM_COLUMNS = ("item", "question", "operation", "correct_before")
 COMMAND = "python experiments/grpo_objectives/report.py"
 FULL_FT_GAIN = 0.28  # full fine-tuning's mean gain over seeds 0-2 (experiments/grpo_smollm2), the issue's bar
 
@@ -117,12 +118,12 @@ def collect(results: Path = RESULTS) -> tuple[Path, Path, Path]:
         (f.parent.parent.name, int(f.parent.name.removeprefix("seed"))): f for f in results.glob("*/seed*/summary.json")
     }
     kept = _kept_rows(results, set(folders))
-    known: dict[int, str] = {}
+    known: dict[int, str] = {}  # item -> the question the collected runs were asked
     base: dict[int, str] = {}  # item -> the base model's reply before training, right or not ("" where none wrote it)
     if kept:
         with (results / PROBLEMS_CSV).open(newline="") as f:
             for row in csv.DictReader(f):
-                known[int(row["item"])], base[int(row["item"])] = row["operation"], row["correct_before"]
+                known[int(row["item"])], base[int(row["item"])] = row["question"], row["correct_before"]
     runs, items, problems = [], [], {}
     for run, key in enumerate(sorted({*folders, *kept}, key=lambda k: (k[0], f"seed{k[1]}"))):
         if key in kept:
@@ -145,7 +146,7 @@ def collect(results: Path = RESULTS) -> tuple[Path, Path, Path]:
             question = (before or after)[item][0]
             if problems.setdefault(item, question) != question:
                 raise ValueError(f"{folder}: held-out problem {item} is not the other runs' ({question!r})")
-            if item in known and known[item] != operation(question):
+            if known.get(item, question) != question:
                 raise ValueError(f"{folder}: held-out problem {item} is not the collected runs' ({question!r})")
             first, last = (_number(answers[item][1] if answers else None) for answers in (before, after))
             if first and base.get(item, "") not in ("", first):
@@ -153,7 +154,7 @@ def collect(results: Path = RESULTS) -> tuple[Path, Path, Path]:
             if first:
                 base[item] = first
             items.append([run, item, last])
-    operations = known | {item: operation(question) for item, question in problems.items()}
+    questions = known | problems
     paths = results / RUNS_CSV, results / HELDOUT_CSV, results / PROBLEMS_CSV
     with paths[0].open("w", newline="") as f:
         writer = csv.DictWriter(f, RUN_COLUMNS, lineterminator="\n")
@@ -166,7 +167,7 @@ def collect(results: Path = RESULTS) -> tuple[Path, Path, Path]:
     with paths[2].open("w", newline="") as f:
         writer = csv.writer(f, lineterminator="\n")
         writer.writerow(PROBLEM_COLUMNS)
-        writer.writerows([item, op, base.get(item, "")] for item, op in sorted(operations.items()))
+        writer.writerows([item, q, operation(q), base.get(item, "")] for item, q in sorted(questions.items()))
     return paths
 
 

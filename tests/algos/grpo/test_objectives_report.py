@@ -184,8 +184,9 @@ def test_collect_builds_the_csv_files_the_report_reads(tmp_path, capsys):
     assert [row[2] for row in items[13:]] == ["1", "1", "0", "0"]  # preset seed 1
     with problems_csv.open() as f:
         assert list(csv.reader(f)) == [
-            ["item", "operation", "correct_before"], ["0", "+", "1"], ["1", "-", "0"], ["2", "+", "0"], ["3", "-", "0"],
-        ]  # fmt: skip
+            ["item", "question", "operation", "correct_before"],
+            *([str(i), q, op, b] for i, (q, op, b) in enumerate(zip(questions, "+-+-", "1000"))),
+        ]
     data = tmp_path / "data"  # the two CSV files alone
     data.mkdir()
     for path in (runs_csv, heldout_csv, problems_csv):
@@ -262,7 +263,8 @@ def test_collect_keeps_the_rows_of_runs_whose_dir_is_gone(tmp_path):
 
 
 def test_collect_refuses_runs_that_ask_different_problems(tmp_path):
-    """problems.csv holds one operation per item: a run whose item 1 is another problem is refused, naming it."""
+    """problems.csv holds one question per item: a run whose item 1 is another problem is refused, naming it, by
+    the other runs' folders and by the collected rows alone."""
     report = _module("report")
     raw = tmp_path / "raw"
     first, second = [_question(1, "+", 2), _question(3, "-", 1)], [_question(1, "+", 2), _question(3, "+", 1)]
@@ -271,6 +273,16 @@ def test_collect_refuses_runs_that_ask_different_problems(tmp_path):
         summary = {"heldout_acc_before": 1.0, "heldout_acc_after": 1.0, "runtime_s": 1.0}
         _write_run(raw / "preset" / f"seed{seed}", summary, answers, answers)
     with pytest.raises(ValueError, match="seed1: held-out problem 1 is not the other runs'"):
+        report.collect(raw)
+    # against collected rows alone (a fresh clone): another problem of the same operation is refused too
+    (raw / "preset" / "seed1" / "summary.json").unlink()
+    report.collect(raw)
+    (raw / "preset" / "seed0" / "summary.json").unlink()
+    third = [(q, 1.0) for q in (_question(1, "+", 2), _question(4, "-", 1))]
+    _write_run(
+        raw / "other" / "seed0", {"heldout_acc_before": 1.0, "heldout_acc_after": 1.0, "runtime_s": 1.0}, third, third
+    )
+    with pytest.raises(ValueError, match="other/seed0: held-out problem 1 is not the collected runs'"):
         report.collect(raw)
 
 
