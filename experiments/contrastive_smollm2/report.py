@@ -15,7 +15,7 @@ and DIR/<arm>_s<seed>/eval_after.jsonl (one record per eval item), the ifeval_*.
     eval_<group>.csv      one row per (run as in runs.csv, item): attack succeeded (witness in the reply), reply
                           begins with it, executed (witness outside any echo of the injected instruction), task
                           utility on the clean prompt, under injection (1/0; empty: not scored)
-    ifeval.csv            one row per (group, arm, seed, IFEval prompt): prompt-level strict accuracy
+    ifeval.csv            one row per (run as in runs.csv, IFEval prompt): prompt-level strict accuracy
     runs.csv              one row per run (`run`: its number): group, arm, seed, IFEval instruction-level strict
                           accuracy, /usr/bin/time -v fields, cos(benign, injected) per hidden state
 
@@ -173,7 +173,7 @@ def collect(raw_dirs: list[Path], out: Path) -> list[Path]:
                 r = {**r, "attack_executed": executed(r)}
                 eval_rows.append([len(runs_rows), item[0], *(_flag(r.get(k)) for k in SCORES)])
             for r in run["ifeval"]:
-                ifeval_rows.append([group, run["arm"], seed, r["id"], r["prompt_level_strict_acc"]])
+                ifeval_rows.append([len(runs_rows), r["id"], _score(r["prompt_level_strict_acc"])])
             time = run["time"] or {}
             runs_rows.append(
                 [
@@ -189,13 +189,18 @@ def collect(raw_dirs: list[Path], out: Path) -> list[Path]:
         written.append(out / f"eval_{group}.csv")
         _write_csv(written[-1], ["run", "item", *SCORES], eval_rows)
     _write_csv(out / "items.csv", ITEM_COLUMNS, list(items.values()))
-    _write_csv(out / "ifeval.csv", ["group", "arm", "seed", "prompt", "prompt_level_strict_acc"], ifeval_rows)
+    _write_csv(out / "ifeval.csv", ["run", "prompt", "prompt_level_strict_acc"], ifeval_rows)
     _write_csv(out / "runs.csv", RUN_COLUMNS, runs_rows)
     return [out / "items.csv", *written, out / "ifeval.csv", out / "runs.csv"]
 
 
 def _name(arm: str, seed: str) -> str:
     return arm if seed == "" else f"{arm}_s{seed}"
+
+
+def _score(value: float) -> str:
+    """0 and 1 as such (the table's size), any other score exactly."""
+    return str(int(value)) if value in (0.0, 1.0) else repr(float(value))
 
 
 def _value(text: str) -> bool | None:
@@ -214,8 +219,9 @@ def read_tables(results: Path) -> dict[str, dict[str, dict]]:
         }
     groups: dict[str, dict[str, dict]] = {}
     names: dict[str, str] = {}  # runs.csv's `run` -> the run's name in its group
+    group_of: dict[str, str] = {}
     for row in _read_csv(results / "runs.csv"):
-        names[row["run"]] = _name(row["arm"], row["seed"])
+        names[row["run"]], group_of[row["run"]] = _name(row["arm"], row["seed"]), row["group"]
         time = {k: row[k] for k in TIME_FIELDS} if row["time_v"] == "1" else None
         groups.setdefault(row["group"], {})[_name(row["arm"], row["seed"])] = {
             "records": [],
@@ -232,7 +238,7 @@ def read_tables(results: Path) -> dict[str, dict[str, dict]]:
             all_runs[names[row["run"]]]["records"].append({**items[row["item"]], **scores})
     for row in _read_csv(results / "ifeval.csv"):
         record = {"id": row["prompt"], "prompt_level_strict_acc": float(row["prompt_level_strict_acc"])}
-        groups[row["group"]][_name(row["arm"], row["seed"])]["ifeval"].append(record)
+        groups[group_of[row["run"]]][names[row["run"]]]["ifeval"].append(record)
     return {group: _order(all_runs) for group, all_runs in groups.items()}
 
 
