@@ -10,11 +10,11 @@ the tables' rows of every other group are kept) as run.sh leaves it: DIR/base/ev
 and DIR/<arm>_s<seed>/eval_after.jsonl (one record per eval item), the ifeval_*.jsonl beside them, summary.json
 (IFEval instruction-level score, layer similarities) and time_v.txt, and writes the tables the report reads:
 
-    items.csv             one row per eval item: item, task instance, task, attack family, position, injected task,
-                          held-out family (1/0)
-    eval_<group>.csv      one row per (run as in runs.csv, item): attack succeeded (witness in the reply), reply
-                          begins with it, executed (witness outside any echo of the injected instruction), task
-                          utility on the clean prompt, under injection (1/0; empty: not scored)
+    items.csv             one row per eval item (`item`: its number): its id, task instance, task, attack family,
+                          position, injected task, held-out family (1/0)
+    eval_<group>.csv      one row per (run as in runs.csv, item as in items.csv): attack succeeded (witness in the
+                          reply), reply begins with it, executed (witness outside any echo of the injected
+                          instruction), task utility on the clean prompt, under injection (1/0; empty: not scored)
     ifeval.csv            one row per (run as in runs.csv, IFEval prompt): prompt-level strict accuracy
     runs.csv              one row per run (`run`: its number): group, arm, seed, IFEval instruction-level strict
                           accuracy, /usr/bin/time -v fields, cos(benign, injected) per hidden state
@@ -70,7 +70,7 @@ TEST_PAIRS = (
 )
 IFEVAL_MARGIN = 0.05  # non-inferiority margin on IFEval prompt-level strict accuracy, stated before the test runs
 ITEM_FIELDS = ("id", "cluster", "task", "attack_type", "position", "injected_task", "heldout")
-ITEM_COLUMNS = ("item", "instance", "task", "family", "position", "injected_task", "heldout")
+ITEM_COLUMNS = ("id", "instance", "task", "family", "position", "injected_task", "heldout")
 SCORES = ("attack_success", "attack_begins", "attack_executed", "benign_ok", "injected_ok")
 TIME_FIELDS = {  # runs.csv column: the /usr/bin/time -v label
     "wall": "Elapsed (wall clock) time (h:mm:ss or m:ss)",
@@ -160,6 +160,7 @@ def collect(raw_dirs: list[Path], out: Path) -> list[Path]:
         sources[group] = _order(runs | sources.get(group, {}))
     items: dict[str, list] = {}
     runs_rows, ifeval_rows, written = [], [], []
+    eval_tables: list[tuple[Path, list]] = []
     for group in sorted(sources, key=_group_order):
         all_runs = sources[group]
         eval_rows = []
@@ -187,8 +188,11 @@ def collect(raw_dirs: list[Path], out: Path) -> list[Path]:
                 + [" ".join(repr(float(c)) for c in run["cos"])]
             )
         written.append(out / f"eval_{group}.csv")
-        _write_csv(written[-1], ["run", "item", *SCORES], eval_rows)
-    _write_csv(out / "items.csv", ITEM_COLUMNS, list(items.values()))
+        eval_tables.append((written[-1], eval_rows))
+    number = {item_id: n for n, item_id in enumerate(items)}
+    for path, eval_rows in eval_tables:
+        _write_csv(path, ["run", "item", *SCORES], [[row[0], number[row[1]], *row[2:]] for row in eval_rows])
+    _write_csv(out / "items.csv", ("item", *ITEM_COLUMNS), [[n, *row] for n, row in enumerate(items.values())])
     _write_csv(out / "ifeval.csv", ["run", "prompt", "prompt_level_strict_acc"], ifeval_rows)
     _write_csv(out / "runs.csv", RUN_COLUMNS, runs_rows)
     return [out / "items.csv", *written, out / "ifeval.csv", out / "runs.csv"]
@@ -212,7 +216,7 @@ def read_tables(results: Path) -> dict[str, dict[str, dict]]:
     items = {}
     for row in _read_csv(results / "items.csv"):
         items[row["item"]] = {
-            "id": "eval-" + row["item"],
+            "id": "eval-" + row["id"],
             "cluster": "eval-" + row["instance"],
             **{k: row[c] for k, c in zip(ITEM_FIELDS[2:-1], ITEM_COLUMNS[2:-1], strict=True)},
             "heldout": row["heldout"] == "1",
