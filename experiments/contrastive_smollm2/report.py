@@ -34,6 +34,7 @@ from pathlib import Path
 
 from posttrain.algos.contrastive.stats import group_means, paired_difference
 from posttrain.analysis.stats import difference_ci, sign_flip_test
+from posttrain.analysis.tables import cell as _cell
 from posttrain.analysis.tables import read_csv as _read_csv
 from posttrain.analysis.tables import write_csv as _write_csv
 from posttrain.data.contrastive.secalign import PRINT_INSTRUCTION, attack_executed
@@ -174,7 +175,7 @@ def collect(raw_dirs: list[Path], out: Path) -> list[Path]:
                 r = {**r, "attack_executed": executed(r)}
                 eval_rows.append([len(runs_rows), item[0], *(_flag(r.get(k)) for k in SCORES)])
             for r in run["ifeval"]:
-                ifeval_rows.append([len(runs_rows), r["id"], _score(r["prompt_level_strict_acc"])])
+                ifeval_rows.append([len(runs_rows), r["id"], _cell(float(r["prompt_level_strict_acc"]))])
             time = run["time"] or {}
             runs_rows.append(
                 [
@@ -200,11 +201,6 @@ def collect(raw_dirs: list[Path], out: Path) -> list[Path]:
 
 def _name(arm: str, seed: str) -> str:
     return arm if seed == "" else f"{arm}_s{seed}"
-
-
-def _score(value: float) -> str:
-    """0 and 1 as such (the table's size), any other score exactly."""
-    return str(int(value)) if value in (0.0, 1.0) else repr(float(value))
 
 
 def _value(text: str) -> bool | None:

@@ -33,6 +33,7 @@ from pathlib import Path
 from scipy import stats
 
 from posttrain.analysis.stats import seeds_items_ci
+from posttrain.analysis.tables import cell
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from run import ARMS, MAKE_TRAIN_ARM, base_arm
@@ -56,13 +57,6 @@ def _answers(path: Path) -> list[tuple[str, float]]:
     """(question, correct) per line of a heldout_*.jsonl; none when the run wrote no such file."""
     rows = map(json.loads, path.read_text().splitlines() if path.exists() else [])
     return [(row["prompt"][-1]["content"], float(row["correct"])) for row in rows]
-
-
-def _number(value: float | None) -> str:
-    """0 and 1 as such (the table's size), any other score exactly; blank where the run has no answer."""
-    if value is None:
-        return ""
-    return str(int(value)) if value in (0.0, 1.0) else repr(value)
 
 
 def _commits(results: Path) -> dict[Path, str]:
@@ -148,7 +142,7 @@ def collect(results: Path = RESULTS) -> tuple[Path, Path, Path]:
                 raise ValueError(f"{folder}: held-out problem {item} is not the other runs' ({question!r})")
             if known.get(item, question) != question:
                 raise ValueError(f"{folder}: held-out problem {item} is not the collected runs' ({question!r})")
-            first, last = (_number(answers[item][1] if answers else None) for answers in (before, after))
+            first, last = (cell(answers[item][1] if answers else None) for answers in (before, after))
             if first and base.get(item, "") not in ("", first):
                 raise ValueError(f"{folder}: held-out problem {item}'s reply before training is not the other runs'")
             if first:
