@@ -168,7 +168,9 @@ def collect(results: Path = RESULTS) -> tuple[Path, Path, Path]:
 def load(results: Path = RESULTS) -> tuple[dict[str, dict[int, dict]], dict[tuple[str, int], list[tuple[str, float]]]]:
     """From the three CSV files: arm -> seed -> the run's summary values (runs.csv's order, with `gains`: the gain of
     each held-out problem, after minus before, in item order), and (arm, seed) -> the (operation, correct) of each
-    held-out reply after training."""
+    held-out reply after training. The gains take the before-reply problems.csv shares between runs (every run starts
+    from the base model and decodes greedily); a run whose own summary's accuracy before training is not those
+    replies' mean is refused."""
     runs: dict[str, dict[int, dict]] = {}
     key: dict[str, tuple[str, int]] = {}
     with (results / RUNS_CSV).open(newline="") as f:
@@ -187,6 +189,15 @@ def load(results: Path = RESULTS) -> tuple[dict[str, dict[int, dict]], dict[tupl
                 after.setdefault((arm, seed), []).append((op, float(row["correct_after"])))
             if row["correct_after"] != "" and before != "":
                 runs[arm][seed].setdefault("gains", []).append(float(row["correct_after"]) - float(before))
+                runs[arm][seed].setdefault("_before", []).append(float(before))
+    for arm, seeds in runs.items():
+        for seed, run in seeds.items():
+            shared = run.pop("_before", None)
+            if shared and abs(statistics.fmean(shared) - run["heldout_acc_before"]) > 1e-9:
+                raise ValueError(
+                    f"{arm} seed {seed}: heldout_acc_before {run['heldout_acc_before']} is not the shared "
+                    f"before-replies' {statistics.fmean(shared)} (not started from the base model?)"
+                )
     return runs, after
 
 

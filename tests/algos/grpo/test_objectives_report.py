@@ -299,3 +299,22 @@ def test_collect_refuses_a_run_that_answered_otherwise_before_training(tmp_path)
     _write_run(raw / "other" / "seed0", summary, list(zip(questions, (0.0, 1.0))), list(zip(questions, (1.0, 1.0))))
     with pytest.raises(ValueError, match="other/seed0: held-out problem 0's reply before training is not the other"):
         report.collect(raw)
+
+
+def test_load_refuses_a_run_whose_accuracy_before_is_not_the_shared_replies(tmp_path):
+    """A run that wrote no heldout_before.jsonl takes its gains from problems.csv's shared before-replies; that is
+    only its gain when it started where they did, so a run whose own summary says another accuracy before training
+    is refused, and one that agrees is loaded with those gains."""
+    report = _module("report")
+    raw = tmp_path / "raw"
+    questions = [_question(1, "+", 2), _question(3, "-", 1)]
+    summary = {"heldout_acc_before": 0.5, "heldout_acc_after": 1.0, "runtime_s": 1.0}
+    _write_run(raw / "preset" / "seed0", summary, list(zip(questions, (1.0, 0.0))), list(zip(questions, (1.0, 1.0))))
+    _write_run(raw / "other" / "seed0", summary, None, list(zip(questions, (0.0, 1.0))))
+    report.collect(raw)
+    runs, _ = report.load(raw)
+    assert runs["other"][0]["gains"] == [-1.0, 1.0] and runs["preset"][0]["gains"] == [0.0, 1.0]
+    _write_run(raw / "third" / "seed0", summary | {"heldout_acc_before": 0.0}, None, list(zip(questions, (1.0, 1.0))))
+    report.collect(raw)
+    with pytest.raises(ValueError, match=r"third seed 0: heldout_acc_before 0\.0 is not the shared .* 0\.5"):
+        report.load(raw)
