@@ -23,9 +23,9 @@ eval.json). Floats keep 6 significant digits (every figure of the report is the 
 DIR/s<seed>_x<k>/eval.json (the same documents and questions among filler, k x the context window), with
 summary.json, time_v.txt and loadavg.txt beside them, and writes DIR/report.md and DIR/accuracy_vs_length.png (a run
 before it is collected; run.sh's folders). Every number is recomputed from the per-question rows. Seeds are pooled
-question by question (the held-out questions are the same for every seed): a question's value is its mean over the
-seeds, and the 95% interval is a percentile bootstrap that resamples documents (the questions about one document
-are not independent; `posttrain.analysis.stats.bootstrap_ci`); the spread between seeds is shown beside it.
+over the same held-out questions, and the 95% interval is a percentile bootstrap that resamples seeds and documents
+(the questions about one document are not independent; `posttrain.analysis.stats.seeds_items_ci`, issue 62), so
+it carries the spread between seeds as well as between documents; each seed's own figure is shown beside it.
 Differences are paired over the same questions. `--rows [x2:]cd=<eval.json>` adds a condition's rows from a run on
 the same questions and documents (a baseline run once, elsewhere: context distillation on a CPU beside D2L's seeds on
 a GPU), to every set or to one; `--docs N` keeps the questions about the first N documents (where such a baseline
@@ -42,7 +42,6 @@ import hashlib
 import json
 import re
 import shlex
-import statistics
 import subprocess
 import sys
 from pathlib import Path
@@ -50,7 +49,7 @@ from typing import Any, NamedTuple
 
 from posttrain.algos.d2l.binding import OTHER_ENTITY
 from posttrain.algos.d2l.config import EVAL_CONDITIONS
-from posttrain.analysis.stats import bootstrap_ci
+from posttrain.analysis.stats import seeds_items_ci
 
 HERE = Path(__file__).resolve().parent
 LABELS = {
@@ -151,8 +150,9 @@ def _rows(runs: dict[int, dict[str, Any]]) -> list[list[dict[str, Any]]]:
 
 
 def pooled(runs: dict[int, dict[str, Any]], cond: str, key: str, minus: str | None = None) -> dict[str, Any] | None:
-    """Mean over questions of `key` (a per-question metric; `nll` gives the token-mean answer loss) of `cond`
-    (minus `minus`'s, paired), each question averaged over the seeds; 95% CI resampling documents; per-seed means."""
+    """Mean over seeds and questions of `key` (a per-question metric; `nll` gives the token-mean answer loss) of
+    `cond` (minus `minus`'s, paired); the 95% interval resamples seeds and documents (the questions about one document
+    together: `seeds_items_ci`), so it carries the spread between seeds too; per-seed means."""
     rows = _rows(runs)
     conds = (cond,) if minus is None else (cond, minus)
     items = [j for j in range(len(rows[0])) if all(c in seed[j] and key in seed[j][c] for seed in rows for c in conds)]
@@ -163,19 +163,17 @@ def pooled(runs: dict[int, dict[str, Any]], cond: str, key: str, minus: str | No
         v = float(seed[j][cond][key])
         return v - float(seed[j][minus][key]) if minus else v
 
-    if key == "nll":  # a ratio: NLL sums over answer tokens
-        weights = [statistics.mean(float(seed[j][cond]["tokens"]) for seed in rows) for j in items]
-    else:
-        weights = [1.0] * len(items)
-    values = [statistics.mean(value(seed, j) for seed in rows) for j in items]
+    table = [[value(seed, j) for j in items] for seed in rows]
+    # nll is a ratio: the answer-token NLL sums over their token counts
+    weights = [[float(seed[j][cond]["tokens"]) if key == "nll" else 1.0 for j in items] for seed in rows]
     docs = [rows[0][j]["doc"] for j in items]
-    per_seed = [sum(value(seed, j) for j in items) / sum(weights) for seed in rows]
+    mean, ci = seeds_items_ci(table, clusters=docs, weights=weights)
     return {
         "n": len(items),
         "docs": len(set(docs)),
-        "mean": sum(values) / sum(weights),
-        "ci": bootstrap_ci(values, weights, clusters=docs),
-        "seeds": per_seed,
+        "mean": mean,
+        "ci": ci,
+        "seeds": [sum(t) / sum(w) for t, w in zip(table, weights, strict=True)],
     }
 
 
@@ -973,10 +971,10 @@ def csv_report(tables: dict[str, dict[str, dict[str, Any]]]) -> tuple[str, dict[
     parts = [
         "# experiments/d2l_smollm2 (D2L on SmolLM2-135M-Instruct): results/runs.csv, fit.csv and long.csv",
         "",
-        "Accuracy: a gold answer as whole words in the reply. Means over 3 seeds, each question averaged over the "
-        "seeds; 95% CIs are percentile bootstraps that resample documents; paired differences are over the same "
-        "questions; the seeds' own numbers in parentheses. Baselines that read no hypernet ran once and are paired "
-        "with every seed.",
+        "Accuracy: a gold answer as whole words in the reply. Means over 3 seeds and the questions; 95% CIs are "
+        "percentile bootstraps that resample seeds and documents (the questions about one document together); "
+        "paired differences are over the same questions; the seeds' own numbers in parentheses. Baselines that read "
+        "no hypernet ran once and are paired with every seed.",
         "",
         "## Issue 27's must-shows",
         "",

@@ -78,6 +78,24 @@ def _eval(questions: list[str], cond: str, correct: list[float]) -> dict:
     return {"conditions": [cond], "context_window": 512, "internalize_ms_per_doc": 5.0, "per_question": rows}
 
 
+def test_pooled_intervals_carry_the_spread_between_seeds(tmp_path):
+    """Issue 62: seeds that disagree widen the interval. Two seeds that agree on every question and two that split
+    (one right on all 40, one on none) have the same seed-averaged questions and mean 0.5, but only the first pair's
+    interval is narrow: averaging the seeds first would have given both the same."""
+    mod = experiment_script(SCRIPT.parent / "report.py")
+    questions = [f"q{j}" for j in range(40)]
+    half = [float(j % 2) for j in range(40)]
+    for name, per_seed in (("agree", (half, half)), ("split", ([1.0] * 40, [0.0] * 40))):
+        for seed, correct in enumerate(per_seed):
+            (tmp_path / name / f"s{seed}").mkdir(parents=True)
+            (tmp_path / name / f"s{seed}" / "eval.json").write_text(json.dumps(_eval(questions, "d2l", correct)))
+    agree = mod.pooled(mod.load_runs(tmp_path / "agree")["facts"], "d2l", "correct")
+    split = mod.pooled(mod.load_runs(tmp_path / "split")["facts"], "d2l", "correct")
+    assert agree["mean"] == split["mean"] == 0.5 and split["seeds"] == [1.0, 0.0]
+    assert 0.3 < agree["ci"][0] < 0.5 < agree["ci"][1] < 0.7
+    assert split["ci"] == [0.0, 1.0]  # a draw of the one seed twice is all the interval holds at its ends
+
+
 def test_report_adds_a_baseline_run_once_to_every_seed(tmp_path):
     """`--rows cd=<eval.json>`: context distillation, run once on a CPU, paired with each GPU seed of D2L."""
     mod = experiment_script(SCRIPT.parent / "report.py")
@@ -455,4 +473,6 @@ def test_every_figure_of_the_readme_is_in_the_report():
     prose = "\n".join(line for line in readme.splitlines() if not line.startswith("    "))
     figures = set(re.findall(r"[+-]?\d+\.\d+|\d+%|\d+(?:-\d+)?x\b", prose))
     assert figures and not sorted(f for f in figures if f not in report)
+    intervals = set(re.findall(r"[+-]?\d+\.\d+ \[[+-]?\d+\.\d+, [+-]?\d+\.\d+\]", prose))  # each one whole
+    assert intervals and not sorted(i for i in intervals if i not in report)
     assert len(readme.encode()) < 10_500 and len((SCRIPT.parent / "LOG.md").read_bytes()) < 8_000
