@@ -181,6 +181,7 @@ def load(results: Path = RESULTS) -> tuple[dict[str, dict[int, dict]], dict[tupl
     with (results / PROBLEMS_CSV).open(newline="") as f:
         problems = {row["item"]: (row["operation"], row["correct_before"]) for row in csv.DictReader(f)}
     after: dict[tuple[str, int], list[tuple[str, float]]] = {}
+    shared_before: dict[tuple[str, int], list[float]] = {}  # each run's before-replies, as problems.csv shares them
     with (results / HELDOUT_CSV).open(newline="") as f:
         for row in csv.DictReader(f):
             arm, seed = key[row["run"]]
@@ -189,15 +190,14 @@ def load(results: Path = RESULTS) -> tuple[dict[str, dict[int, dict]], dict[tupl
                 after.setdefault((arm, seed), []).append((op, float(row["correct_after"])))
             if row["correct_after"] != "" and before != "":
                 runs[arm][seed].setdefault("gains", []).append(float(row["correct_after"]) - float(before))
-                runs[arm][seed].setdefault("_before", []).append(float(before))
-    for arm, seeds in runs.items():
-        for seed, run in seeds.items():
-            shared = run.pop("_before", None)
-            if shared and abs(statistics.fmean(shared) - run["heldout_acc_before"]) > 1e-9:
-                raise ValueError(
-                    f"{arm} seed {seed}: heldout_acc_before {run['heldout_acc_before']} is not the shared "
-                    f"before-replies' {statistics.fmean(shared)} (not started from the base model?)"
-                )
+                shared_before.setdefault((arm, seed), []).append(float(before))
+    for (arm, seed), shared in shared_before.items():
+        own = runs[arm][seed]["heldout_acc_before"]
+        if abs(statistics.fmean(shared) - own) > 1e-9:
+            raise ValueError(
+                f"{arm} seed {seed}: heldout_acc_before {own} is not the shared "
+                f"before-replies' {statistics.fmean(shared)} (not started from the base model?)"
+            )
     return runs, after
 
 
