@@ -27,7 +27,9 @@ asr_by_family.png and layers.png). Intervals are 95% percentile bootstraps that 
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
+import operator
 import re
 import sys
 from pathlib import Path
@@ -159,13 +161,18 @@ def collect(raw_dirs: list[Path], out: Path) -> list[Path]:
     kept = read_tables(out) if (out / "runs.csv").is_file() else {}
     for group, runs in kept.items():
         sources[group] = _order(runs | sources.get(group, {}))
+    # a committed run keeps its number, a new one takes the next: collecting adds rows and renumbers none
+    committed = _read_csv(out / "runs.csv") if kept else []
+    numbers = {(r["group"], _name(r["arm"], r["seed"])): int(r["run"]) for r in committed}
+    fresh = itertools.count(max(numbers.values(), default=-1) + 1)
     items: dict[str, list] = {}
     runs_rows, ifeval_rows, written = [], [], []
     eval_tables: list[tuple[Path, list]] = []
     for group in sorted(sources, key=_group_order):
         all_runs = sources[group]
         eval_rows = []
-        for run in all_runs.values():
+        for name, run in all_runs.items():
+            run_no = numbers[group, name] if (group, name) in numbers else next(fresh)
             seed = "" if run["seed"] is None else run["seed"]
             for r in run["records"]:
                 item = [r["id"].removeprefix("eval-"), r["cluster"].removeprefix("eval-")]
@@ -173,13 +180,13 @@ def collect(raw_dirs: list[Path], out: Path) -> list[Path]:
                 if items.setdefault(item[0], item) != item:
                     sys.exit(f"eval item {item[0]} differs between runs: {items[item[0]]} vs {item}")
                 r = {**r, "attack_executed": executed(r)}
-                eval_rows.append([len(runs_rows), item[0], *(_flag(r.get(k)) for k in SCORES)])
+                eval_rows.append([run_no, item[0], *(_flag(r.get(k)) for k in SCORES)])
             for r in run["ifeval"]:
-                ifeval_rows.append([len(runs_rows), r["id"], _cell(float(r["prompt_level_strict_acc"]))])
+                ifeval_rows.append([run_no, r["id"], _cell(float(r["prompt_level_strict_acc"]))])
             time = run["time"] or {}
             runs_rows.append(
                 [
-                    len(runs_rows),
+                    run_no,
                     group,
                     run["arm"],
                     seed,
@@ -191,11 +198,13 @@ def collect(raw_dirs: list[Path], out: Path) -> list[Path]:
         written.append(out / f"eval_{group}.csv")
         eval_tables.append((written[-1], eval_rows))
     number = {item_id: n for n, item_id in enumerate(items)}
+    by_run = operator.itemgetter(0)
     for path, eval_rows in eval_tables:
-        _write_csv(path, ["run", "item", *SCORES], [[row[0], number[row[1]], *row[2:]] for row in eval_rows])
+        rows = sorted(eval_rows, key=by_run)  # a new run's rows come last
+        _write_csv(path, ["run", "item", *SCORES], [[row[0], number[row[1]], *row[2:]] for row in rows])
     _write_csv(out / "items.csv", ("item", *ITEM_COLUMNS), [[n, *row] for n, row in enumerate(items.values())])
-    _write_csv(out / "ifeval.csv", ["run", "prompt", "prompt_level_strict_acc"], ifeval_rows)
-    _write_csv(out / "runs.csv", RUN_COLUMNS, runs_rows)
+    _write_csv(out / "ifeval.csv", ["run", "prompt", "prompt_level_strict_acc"], sorted(ifeval_rows, key=by_run))
+    _write_csv(out / "runs.csv", RUN_COLUMNS, sorted(runs_rows, key=by_run))
     return [out / "items.csv", *written, out / "ifeval.csv", out / "runs.csv"]
 
 
@@ -239,7 +248,7 @@ def read_tables(results: Path) -> dict[str, dict[str, dict]]:
     for row in _read_csv(results / "ifeval.csv"):
         record = {"id": row["prompt"], "prompt_level_strict_acc": float(row["prompt_level_strict_acc"])}
         groups[group_of[row["run"]]][names[row["run"]]]["ifeval"].append(record)
-    return {group: _order(all_runs) for group, all_runs in groups.items()}
+    return {group: _order(groups[group]) for group in sorted(groups, key=_group_order)}
 
 
 def cell(stat: dict | None) -> str:

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from posttrain.analysis.tables import read_csv
 from tests.conftest import experiment_script, run_cli
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -204,7 +205,8 @@ def test_the_test_split_commands_compose(tmp_path):
 
 def test_collect_adds_a_group_and_keeps_the_others(tmp_path):
     """Run folders stay out of git: collecting the `test` group into committed tables keeps every other group's
-    rows (read back the same) and puts `test` first, RAW's order; collecting it again changes nothing."""
+    rows (read back the same, under the same run numbers) and reads `test` first, RAW's order; collecting it again
+    changes nothing."""
     report = experiment_script(ROOT / "experiments" / "contrastive_smollm2" / "report.py")
     for group, hits in (("demo", {0}), ("test", {1})):
         folder = tmp_path / "raw" / group / "base"
@@ -217,6 +219,9 @@ def test_collect_adds_a_group_and_keeps_the_others(tmp_path):
     report.collect([tmp_path / "raw" / "test"], tables)
     back = report.read_tables(tables)
     assert list(back) == ["test", "demo"] and back["demo"] == demo
+    # demo keeps its run number and the new group's run takes the next, at the end of every table
+    assert [(r["run"], r["group"]) for r in read_csv(tables / "runs.csv")] == [("0", "demo"), ("1", "test")]
+    assert {r["run"] for r in read_csv(tables / "eval_test.csv")} == {"1"}
     assert [r["attack_success"] for r in back["test"]["base"]["records"]] == [False, True]
     before = {p.name: p.read_bytes() for p in tables.glob("*.csv")}
     report.collect([tmp_path / "raw" / "test"], tables)
