@@ -383,7 +383,10 @@ def _raw_results(tmp_path: Path) -> tuple[Path, Path, Path]:
         long = {"d2l": own[::-1], "d2l_other_doc": [0, 0, 0, 0], "d2l_other_entity": [0, 0, 0, 0]}
         _raw_run_folder(group / f"s{seed}_x2", _rows(seed, 1000, long), eval_doc_tokens=1024)
     cd = tmp_path / "raw" / "cd_48docs"
-    _raw_run_folder(cd, _rows(0, 20, {"cd": [1, 1, 0, 1]}), {"cd_ms_per_doc": 30877.25, "cd_docs": 2})
+    cd_rows = _rows(0, 20, {"cd": [1, 1, 0, 1]})
+    for row in cd_rows[2:]:  # the second document was not distilled (algo.baselines.cd_max_docs=1)
+        del row["cd"]
+    _raw_run_folder(cd, cd_rows, {"cd_ms_per_doc": 30877.25, "cd_docs": 1})
     cut = tmp_path / "raw" / "x2_48docs"
     _raw_run_folder(cut, _rows(0, 1000, {"in_context_truncated": [1, 0, 0, 0]}), eval_doc_tokens=1024)
     return group, cd, cut
@@ -423,6 +426,9 @@ def test_collect_compacts_raw_run_folders_into_the_csvs_that_report_the_same_tab
         "in_window": "1", "condition": "no_context", "correct": "0", "em": "0", "f1": "0.25", "nll": "1.5",
         "tokens": "8", "own_fact": "", "lora_value_margin": "", "lora_value_preferred": "",
     }  # fmt: skip
+    # the questions CD did not score keep one row each, with no metrics: the baseline still pairs question by question
+    cd_rows = [(r["item"], r["condition"], r["correct"]) for r in fit if r["source"] == "cd"]
+    assert cd_rows == [("0", "cd", "1"), ("1", "cd", "1"), ("2", "-", ""), ("3", "-", "")]
     tables = mod.read_tables(out)
     compact, base = mod.group_sets(tables, "chunks"), mod.baselines(tables)
     raw = mod.load_runs(group)
@@ -432,6 +438,7 @@ def test_collect_compacts_raw_run_folders_into_the_csvs_that_report_the_same_tab
     mod.rows_option(raw, f"x2:in_context_truncated={cut / 'eval.json'}")
     text = mod.report(compact)
     assert text == mod.report(raw)
+    assert "| context distillation (per document) | 2 (1) | 1.000 [" in text  # the distilled document's two questions
     assert "| D2L: binding, own question minus the other entity's (paired) |" in text and "| s1_x2 | 12 |" in text
     # a source collected again replaces its rows; the others stay
     again = mod.collect([f"cut={cut}"], out)
