@@ -68,6 +68,7 @@ TEST_PAIRS = (
     ("sft_inv_nokl", "sft_matched"),
     ("sft_matched", "sft"),
     ("dpo_inv_w01", "dpo"),
+    ("dpo_inv", "dpo"),
     ("sft_roles", "sft"),
     ("sft_inv_nokl_roles", "sft_roles"),
 )
